@@ -1,0 +1,50 @@
+# Two commands: `make lab` opens the notebooks, `make test` runs every test.
+# Both create .venv on first use and reuse it while the requirements are unchanged.
+PYTHON ?= python3
+VENV   := .venv
+ifeq ($(OS),Windows_NT)
+BIN    := $(VENV)/Scripts
+else
+BIN    := $(VENV)/bin
+endif
+STAMP  := $(VENV)/.installed
+KERNEL := d2l-perf
+# Tests run in the small `ci` profile unless you ask for another one.
+TEST_PROFILE := $(or $(D2L_PROFILE),ci)
+NBVAL  := --nbval-lax --nbval-current-env --nbval-cell-timeout=600 \
+          --sanitize-with tests/nbval_sanitize.cfg
+
+.PHONY: lab test unit notebooks figures setup clean
+
+setup: $(STAMP)
+
+# The stamp is newer than the requirement files once they are installed,
+# so a second `make` installs nothing.
+$(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet --no-deps -r requirements-nodeps.txt
+	$(BIN)/python -m pip install --quiet --no-deps -e .
+	$(BIN)/python -m ipykernel install --sys-prefix --name $(KERNEL) \
+	  --display-name "Python (d2l computational performance)"
+	touch $(STAMP)
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab --notebook-dir=notebooks
+
+test: $(STAMP)
+	D2L_PROFILE=$(TEST_PROFILE) $(BIN)/python -m pytest tests notebooks $(NBVAL)
+
+unit: $(STAMP)
+	D2L_PROFILE=$(TEST_PROFILE) $(BIN)/python -m pytest tests
+
+notebooks: $(STAMP)
+	D2L_PROFILE=$(TEST_PROFILE) $(BIN)/python -m pytest notebooks $(NBVAL)
+
+# Regenerate the figures in images/ from the scripts beside them.
+figures: $(STAMP)
+	for f in images/*.py; do $(BIN)/python $$f images || exit 1; done
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,150 @@
+"""What is here: CPU, RAM, accelerators, free memory, and n devices (real or simulated)."""
+from __future__ import annotations
+
+import numbers
+import os
+import platform
+import subprocess
+import sys
+
+import psutil
+import torch
+
+from .profiles import DESCRIPTIONS, profile
+
+GiB = 1024 ** 3
+
+
+def cpu_name() -> str:
+    """Return the CPU's model name as the operating system reports it."""
+    if sys.platform.startswith("linux"):
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8") as f:
+                for line in f:
+                    if line.startswith("model name"):
+                        return line.split(":", 1)[1].strip()
+        except OSError:
+            pass
+    elif sys.platform == "darwin":
+        try:
+            out = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"],
+                                 capture_output=True, text=True, timeout=5)
+            if out.stdout.strip():
+                return out.stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def accelerators() -> list[torch.device]:
+    """Return every visible accelerator: all CUDA GPUs, else Apple's MPS device, else []."""
+    if torch.cuda.is_available():
+        return [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
+    if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+        return [torch.device("mps")]
+    return []
+
+
+def default_device() -> torch.device:
+    """Return the first accelerator, or the CPU when there is none."""
+    found = accelerators()
+    return found[0] if found else torch.device("cpu")
+
+
+def free_memory(device: torch.device | str | None = None) -> int:
+    """Return the bytes free on a device (for the CPU: the RAM available to processes)."""
+    device = torch.device(device) if device is not None else default_device()
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    if device.type == "mps":
+        return max(0, torch.mps.recommended_max_memory() - torch.mps.driver_allocated_memory())
+    if device.type == "cpu":
+        return psutil.virtual_memory().available
+    raise ValueError(f"free_memory() knows cpu, cuda and mps devices, not {device.type!r}")
+
+
+def fit_to_memory(n: int, bytes_per_item: float, device: torch.device | str | None = None,
+                  fraction: float = 0.25, minimum: int = 1, budget: int | None = None) -> int:
+    """Shrink n so that n * bytes_per_item uses at most `fraction` of the free (or `budget`) bytes."""
+    if n < 1 or bytes_per_item <= 0 or not 0 < fraction <= 1 or minimum < 1:
+        raise ValueError("fit_to_memory needs n >= 1, bytes_per_item > 0, "
+                         f"0 < fraction <= 1 and minimum >= 1; got n={n}, "
+                         f"bytes_per_item={bytes_per_item}, fraction={fraction}, minimum={minimum}")
+    available = free_memory(device) if budget is None else budget
+    fitting = int(available * fraction // bytes_per_item)
+    if fitting < minimum:
+        raise ValueError(
+            f"Even the smallest useful size ({minimum} x {bytes_per_item:.0f} bytes) does not fit in "
+            f"{fraction:.0%} of {available / GiB:.2f} GiB free. Free memory (close other notebooks) "
+            "or run on a device with more memory.")
+    return min(n, fitting)
+
+
+def _check_count(n: object, what: str) -> int:
+    # bool is an int subclass, but devices(True) is surely a mistake.
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
+        raise ValueError(f"{what} needs a whole number of devices n >= 1, got {n!r}")
+    return int(n)
+
+
+def devices(n: int) -> list[torch.device]:
+    """Return exactly n devices: real GPUs first, the missing ones simulated as replicas."""
+    n = _check_count(n, "devices(n)")
+    real = accelerators() or [torch.device("cpu")]
+    chosen = [real[i % len(real)] for i in range(n)]
+    if n > len(real):
+        kinds = ", ".join(sorted({str(d) for d in real}))
+        print(f"devices({n}): {len(real)} real, {n - len(real)} simulated as replicas on {kinds} "
+              "(same arithmetic; no parallel speed-up, since they share the hardware).")
+    return chosen
+
+
+def _gib(n_bytes: float) -> str:
+    return f"{n_bytes / GiB:.1f} GiB"
+
+
+def hardware_report(verbose: bool = True) -> dict:
+    """Print (and return) the CPU, RAM, accelerators, torch version and active profile."""
+    mem = psutil.virtual_memory()
+    report: dict = {
+        "cpu": cpu_name(),
+        "cores": psutil.cpu_count(logical=False) or os.cpu_count(),
+        "logical_cores": psutil.cpu_count(logical=True),
+        "torch_threads": torch.get_num_threads(),
+        "ram_total": mem.total,
+        "ram_available": mem.available,
+        "accelerators": [],
+        "torch": torch.__version__,
+        "cuda_build": torch.version.cuda,
+        "profile": profile(),
+    }
+    for dev in accelerators():
+        if dev.type == "cuda":
+            props = torch.cuda.get_device_properties(dev)
+            report["accelerators"].append({
+                "device": str(dev), "name": props.name, "memory": props.total_memory,
+                "free": free_memory(dev), "capability": f"{props.major}.{props.minor}"})
+        else:
+            report["accelerators"].append({
+                "device": str(dev), "name": "Apple GPU (MPS)", "memory": mem.total,
+                "free": free_memory(dev), "capability": None})
+    if verbose:
+        lines = [
+            f"CPU     : {report['cpu']}, {report['cores']} cores "
+            f"({report['logical_cores']} logical, torch uses {report['torch_threads']} threads)",
+            f"RAM     : {_gib(mem.total)} total, {_gib(mem.available)} available",
+        ]
+        for acc in report["accelerators"]:
+            extra = f", compute capability {acc['capability']}" if acc["capability"] else \
+                " (shares system RAM)"
+            lines.append(f"{acc['device']:<8}: {acc['name']}, {_gib(acc['memory'])} "
+                         f"({_gib(acc['free'])} free){extra}")
+        if not report["accelerators"]:
+            lines.append("GPU     : none visible; GPU-only demonstrations are simulated or "
+                         "explained instead")
+        build = f", CUDA build {report['cuda_build']}" if report["cuda_build"] else ", CPU build"
+        lines.append(f"torch   : {report['torch']}{build}")
+        lines.append(f"profile : {report['profile']} ({DESCRIPTIONS[report['profile']]}); "
+                     "set D2L_PROFILE=ci|class|full to change")
+        print("\n".join(lines))
+    return report

@@ -1,0 +1,92 @@
+"""Honest timing: synchronize the devices before reading the clock; cold and warm apart."""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+import torch
+
+from .hardware import accelerators
+
+
+def synchronize(devices: Iterable[torch.device | str] | None = None) -> None:
+    """Wait until all queued work on the given devices (default: every accelerator) is done."""
+    for dev in (accelerators() if devices is None else devices):
+        dev = torch.device(dev)
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+        elif dev.type == "mps":
+            torch.mps.synchronize()
+        # CPU operators run synchronously: when they return, the work is done.
+
+
+def format_seconds(seconds: float) -> str:
+    """Format a duration with a readable unit: ns, us, ms or s."""
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if abs(seconds) >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds / 1e-9:.3g} ns"
+
+
+@dataclass
+class Measurement:
+    """Timings of one workload: the first (cold) call apart from the warm per-call times."""
+
+    name: str
+    cold: float
+    warm: list[float] = field(default_factory=list)
+
+    @property
+    def median(self) -> float:
+        """Median warm seconds per call."""
+        return statistics.median(self.warm)
+
+    def __str__(self) -> str:
+        return (f"{self.name}: first call {format_seconds(self.cold)}, then "
+                f"{format_seconds(self.median)} per call (median of {len(self.warm)})")
+
+
+class Benchmark:
+    """Context manager that times a block, synchronizing the devices before both clock reads."""
+
+    def __init__(self, description: str = "Done",
+                 devices: Iterable[torch.device | str] | None = None, verbose: bool = True):
+        self.description = description
+        self.devices = None if devices is None else list(devices)
+        self.verbose = verbose
+        self.elapsed: float | None = None
+
+    def __enter__(self) -> "Benchmark":
+        # Work queued before the block must not be billed to it.
+        synchronize(self.devices)
+        self._start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        synchronize(self.devices)
+        self.elapsed = time.perf_counter() - self._start
+        if self.verbose and exc[0] is None:
+            print(f"{self.description}: {format_seconds(self.elapsed)}")
+
+    @classmethod
+    def measure(cls, fn: Callable[[], object], name: str = "", repeats: int = 5,
+                number: int = 1, devices: Iterable[torch.device | str] | None = None
+                ) -> Measurement:
+        """Time fn's first call alone, then `repeats` runs of `number` calls; per-call seconds."""
+        if not callable(fn):
+            raise TypeError(f"measure() needs a function to call, got {type(fn).__name__}")
+        if repeats < 1 or number < 1:
+            raise ValueError(f"measure() needs repeats >= 1 and number >= 1, "
+                             f"got repeats={repeats}, number={number}")
+        devices = None if devices is None else list(devices)
+        with cls(devices=devices, verbose=False) as first:
+            fn()
+        warm = []
+        for _ in range(repeats):
+            with cls(devices=devices, verbose=False) as run:
+                for _ in range(number):
+                    fn()
+            warm.append(run.elapsed / number)
+        return Measurement(name or getattr(fn, "__name__", "fn"), first.elapsed, warm)
