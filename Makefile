@@ -12,7 +12,7 @@ KERNEL := d2l-perf
 # Tests run in the small `ci` profile unless you ask for another one.
 TEST_PROFILE := $(or $(D2L_PROFILE),ci)
 NBVAL  := --nbval-lax --nbval-current-env --nbval-cell-timeout=600 \
-          --sanitize-with tests/nbval_sanitize.cfg
+          --nbval-sanitize-with tests/nbval_sanitize.cfg
 
 .PHONY: lab test unit notebooks figures setup clean
 

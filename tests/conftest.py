@@ -1,0 +1,4 @@
+"""Shared test set-up: a headless matplotlib backend, and a profile the tests control."""
+import matplotlib
+
+matplotlib.use("Agg")

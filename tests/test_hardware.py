@@ -1,0 +1,94 @@
+import numpy as np
+import pytest
+import torch
+
+import d2l_extras as dx
+from d2l_extras import hardware
+
+
+def test_report_has_the_essentials(capsys):
+    report = dx.hardware_report()
+    out = capsys.readouterr().out
+    for key in ("cpu", "cores", "ram_total", "accelerators", "torch", "profile"):
+        assert key in report
+    assert report["ram_total"] > 0 and report["cores"] >= 1
+    assert "CPU" in out and "RAM" in out and torch.__version__ in out and "profile" in out
+
+
+def test_report_quiet():
+    assert isinstance(dx.hardware_report(verbose=False)["cpu"], str)
+
+
+def test_report_lists_each_gpu(monkeypatch, capsys):
+    class Props:
+        name, total_memory, major, minor = "Fake GPU", 4 * 1024 ** 3, 8, 6
+    monkeypatch.setattr(hardware, "accelerators", lambda: [torch.device("cuda", 0)])
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda dev: Props)
+    monkeypatch.setattr(hardware, "free_memory", lambda dev: 3 * 1024 ** 3)
+    report = dx.hardware_report()
+    assert report["accelerators"][0]["name"] == "Fake GPU"
+    assert "cuda:0  : Fake GPU, 4.0 GiB (3.0 GiB free), compute capability 8.6" in \
+        capsys.readouterr().out
+
+
+def test_cpu_name():
+    assert dx.cpu_name()
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 8, np.int64(2)])
+def test_devices_gives_exactly_n(n):
+    got = dx.devices(n)
+    assert len(got) == n and all(isinstance(d, torch.device) for d in got)
+
+
+def test_devices_real_first_then_replicas(monkeypatch, capsys):
+    gpus = [torch.device("cuda", 0), torch.device("cuda", 1)]
+    monkeypatch.setattr(hardware, "accelerators", lambda: gpus)
+    assert dx.devices(2) == gpus and capsys.readouterr().out == ""  # nothing simulated
+    assert dx.devices(3) == gpus + [gpus[0]]
+    assert "2 real, 1 simulated" in capsys.readouterr().out
+
+
+def test_devices_simulates_on_cpu(monkeypatch, capsys):
+    monkeypatch.setattr(hardware, "accelerators", lambda: [])
+    assert dx.devices(3) == [torch.device("cpu")] * 3
+    assert capsys.readouterr().out.count("\n") == 1  # a one-line notice
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, 2.0, "2", None, True])
+def test_devices_rejects_bad_counts(bad):
+    with pytest.raises(ValueError, match="whole number of devices n >= 1"):
+        dx.devices(bad)
+
+
+def test_default_device_and_free_memory():
+    dev = dx.default_device()
+    assert dev in dx.accelerators() or dev == torch.device("cpu")
+    assert dx.free_memory("cpu") > 0
+
+
+def test_free_memory_rejects_unknown_device():
+    with pytest.raises(ValueError, match="cpu, cuda and mps"):
+        dx.free_memory("meta")
+
+
+def test_fit_to_memory_shrinks_to_budget():
+    assert dx.fit_to_memory(10_000, 100, budget=1_000_000, fraction=0.5) == 5_000
+    assert dx.fit_to_memory(10, 100, budget=1_000_000) == 10  # fits already: unchanged
+
+
+def test_fit_to_memory_uses_free_memory_by_default():
+    assert 1 <= dx.fit_to_memory(10 ** 15, 4, device="cpu") < 10 ** 15
+
+
+def test_fit_to_memory_too_small_budget_says_so():
+    with pytest.raises(ValueError, match="does not fit"):
+        dx.fit_to_memory(100, 1000, budget=1000, minimum=10)
+
+
+@pytest.mark.parametrize("kwargs", [dict(n=0), dict(bytes_per_item=0), dict(fraction=0),
+                                    dict(fraction=2), dict(minimum=0)])
+def test_fit_to_memory_bad_arguments(kwargs):
+    args = dict(n=10, bytes_per_item=4, budget=10 ** 6) | kwargs
+    with pytest.raises(ValueError, match="fit_to_memory needs"):
+        dx.fit_to_memory(**args)
