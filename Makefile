@@ -9,6 +9,10 @@ BIN    := $(VENV)/bin
 endif
 STAMP  := $(VENV)/.installed
 KERNEL := d2l-perf
+# Extra JupyterLab options, e.g. make lab LAB_ARGS="--no-browser --port=8890"
+LAB_ARGS ?=
+# Jupyter refuses to run as root (containers, CI) unless told it may.
+AS_ROOT := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root,)
 # Tests run in the small `ci` profile unless you ask for another one.
 TEST_PROFILE := $(or $(D2L_PROFILE),ci)
 NBVAL  := --nbval-lax --nbval-current-env --nbval-cell-timeout=600 \
@@ -31,7 +35,7 @@ $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
 	touch $(STAMP)
 
 lab: $(STAMP)
-	$(BIN)/jupyter lab --notebook-dir=notebooks
+	$(BIN)/jupyter lab --notebook-dir=notebooks $(AS_ROOT) $(LAB_ARGS)
 
 test: $(STAMP)
 	D2L_PROFILE=$(TEST_PROFILE) $(BIN)/python -m pytest tests notebooks $(NBVAL)
