@@ -13,7 +13,10 @@ KERNEL := d2l-perf
 LAB_ARGS ?=
 # Jupyter refuses to run as root (containers, CI) unless told it may.
 AS_ROOT := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root,)
-# Tests run in the small `ci` profile unless you ask for another one.
+# Tests run in the small `ci` profile unless you ask for another one. Bytecode is written
+# (into .venv and __pycache__, both ignored by git): without it every import of torch and d2l
+# recompiles from source, which costs tens of seconds per notebook.
+export PYTHONDONTWRITEBYTECODE :=
 TEST_PROFILE := $(or $(D2L_PROFILE),ci)
 NBVAL  := --nbval-lax --nbval-current-env --nbval-cell-timeout=600 \
           --nbval-sanitize-with tests/nbval_sanitize.cfg

@@ -1,6 +1,7 @@
 """What is here: CPU, RAM, accelerators, free memory, and n devices (real or simulated)."""
 from __future__ import annotations
 
+import math
 import numbers
 import os
 import platform
@@ -78,6 +79,27 @@ def fit_to_memory(n: int, bytes_per_item: float, device: torch.device | str | No
             f"{fraction:.0%} of {available / GiB:.2f} GiB free. Free memory (close other notebooks) "
             "or run on a device with more memory.")
     return min(n, fitting)
+
+
+def square_side(wanted: int, count: int = 1, device: torch.device | str | None = None,
+                dtype: torch.dtype = torch.float32, fraction: float = 0.25, minimum: int = 64,
+                budget: int | None = None) -> int:
+    """Side n <= wanted so that `count` n x n matrices use at most `fraction` of free memory."""
+    if wanted < 1 or count < 1 or minimum < 1 or not 0 < fraction <= 1:
+        raise ValueError("square_side needs wanted >= 1, count >= 1, minimum >= 1 and "
+                         f"0 < fraction <= 1; got wanted={wanted}, count={count}, "
+                         f"minimum={minimum}, fraction={fraction}")
+    available = free_memory(device) if budget is None else budget
+    item = torch.empty((), dtype=dtype).element_size()
+    side = math.isqrt(max(0, int(available * fraction // (count * item))))
+    if side < min(minimum, wanted):
+        need = count * minimum ** 2 * item
+        raise ValueError(
+            f"{count} matrices of {minimum} x {minimum} {dtype} (the smallest size that still "
+            f"shows something) need {need / 2**20:.1f} MiB, more than {fraction:.0%} of "
+            f"{available / GiB:.2f} GiB free. Free memory (close other notebooks), use fewer "
+            "matrices, or run on a device with more memory.")
+    return min(wanted, side)
 
 
 def _check_count(n: object, what: str) -> int:

@@ -32,3 +32,86 @@ def bar_chart(values: Mapping[str, float] | Sequence[Measurement], ylabel: str =
     if title:
         ax.set_title(title)
     return ax
+
+
+# Timeline colours by kind of work; names not listed get the next colour of the cycle.
+TIMELINE_COLORS = {"cpu op": "C0", "kernel": "C1", "copy": "C2"}
+
+
+def plot_timeline(events: Sequence, ax: plt.Axes | None = None, title: str | None = None,
+                  color_by: str = "kind", lanes: Sequence[str] | None = None,
+                  labels: bool = True) -> plt.Axes:
+    """Draw a Gantt chart of events (with .name .lane .start .duration .kind), one row per lane."""
+    if color_by not in ("kind", "name"):
+        raise ValueError(f"color_by must be 'kind' or 'name', got {color_by!r}")
+    events = list(events)
+    if not events:
+        raise ValueError("plot_timeline() needs at least one event (did the profiler record any?)")
+    if lanes is None:  # CPU threads on top, then device streams, in order of first activity
+        firsts: dict[str, float] = {}
+        for ev in events:
+            firsts[ev.lane] = min(firsts.get(ev.lane, ev.start), ev.start)
+        lanes = sorted(firsts, key=lambda ln: (not ln.startswith("CPU"), firsts[ln]))
+    lanes = list(lanes)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 0.6 + 0.55 * len(lanes)))
+    span = max(ev.start + ev.duration for ev in events) - min(ev.start for ev in events)
+    scale, unit = (1e3, "ms") if span < 1 else (1.0, "s")
+    colors: dict[str, str] = dict(TIMELINE_COLORS) if color_by == "kind" else {}
+    for ev in events:
+        if ev.lane not in lanes:
+            continue
+        key = ev.kind if color_by == "kind" else ev.name
+        color = colors.setdefault(key, f"C{len(colors) % 10}")
+        row = len(lanes) - 1 - lanes.index(ev.lane)  # first lane at the top
+        # keep bars of very short events visible
+        x, w = ev.start * scale, max(ev.duration * scale, span * scale * 2e-3)
+        ax.broken_barh([(x, w)], (row - 0.35, 0.7), facecolors=color, edgecolors="white",
+                       linewidth=0.3, label=key)
+        if labels and ev.duration > 0.08 * span:
+            # "autograd::engine::evaluate_function: MmBackward0" -> "MmBackward0"
+            short = ev.name.rsplit(": ", 1)[-1].removeprefix("aten::")[:18]
+            ax.text(x + w / 2, row, short, ha="center", va="center", fontsize=7, clip_on=True)
+    ax.set_yticks(range(len(lanes)), lanes[::-1])
+    ax.set_xlabel(f"time ({unit})")
+    handles, names = ax.get_legend_handles_labels()
+    unique = dict(zip(names, handles))
+    if len(unique) <= 8:
+        ax.legend(unique.values(), unique.keys(), loc="upper right", fontsize=8, framealpha=0.8)
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+def plot_roofline(bandwidth_gbps: float, peak_gflops: float, kernels: Sequence = (),
+                  ax: plt.Axes | None = None, title: str | None = None) -> plt.Axes:
+    """Draw the roofline min(peak, bandwidth x intensity) on log axes, kernels as labelled dots."""
+    if bandwidth_gbps <= 0 or peak_gflops <= 0:
+        raise ValueError(f"plot_roofline needs bandwidth and peak > 0, got "
+                         f"{bandwidth_gbps} GB/s and {peak_gflops} GFLOP/s")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 3.6))
+    ridge = peak_gflops / bandwidth_gbps  # FLOP/byte where memory stops being the limit
+    # Each kernel: anything with .name, .intensity (FLOP/byte) and .gflops (measured).
+    xs = [k.intensity for k in kernels] + [ridge]
+    lo, hi = min(xs) / 4, max(xs) * 4
+    grid = [lo * (hi / lo) ** (i / 200) for i in range(201)]
+    ax.plot(grid, [min(peak_gflops, bandwidth_gbps * x) for x in grid], "k-", lw=2)
+    ax.axvline(ridge, color="gray", ls=":", lw=1)
+    ax.annotate(f"ridge {ridge:.2g} FLOP/B", (ridge, peak_gflops), textcoords="offset points",
+                xytext=(4, -14), fontsize=8, color="gray")
+    ax.annotate(f"memory {bandwidth_gbps:.3g} GB/s", (lo, bandwidth_gbps * lo),
+                textcoords="offset points", xytext=(4, 6), fontsize=8, rotation=0)
+    ax.annotate(f"peak {peak_gflops:.3g} GFLOP/s", (hi, peak_gflops), textcoords="offset points",
+                xytext=(-90, 4), fontsize=8)
+    for i, k in enumerate(kernels):
+        ax.plot(k.intensity, k.gflops, "o", color=f"C{i}", label=k.name)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP per byte)")
+    ax.set_ylabel("GFLOP/s")
+    if kernels:
+        ax.legend(fontsize=8, loc="lower right")
+    if title:
+        ax.set_title(title)
+    return ax

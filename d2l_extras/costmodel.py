@@ -1,0 +1,106 @@
+"""A bandwidth-only cost model of gradient synchronization (d2l section 12.7's numbers).
+
+Every transfer of `size` bytes over a link of `bandwidth` bytes/s takes size / bandwidth
+seconds; latency and compute are ignored. Links of a PCIe switch run at full bandwidth at the
+same time, but one device's link carries one transfer at a time. The book's example:
+
+>>> round(sync_time("one_gpu", 160e6, 4, 16e9) * 1e3)   # 160 MB, 4 GPUs, 16 GB/s links
+60
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import matplotlib.pyplot as plt
+
+STRATEGIES = ("one_gpu", "cpu", "sharded", "ring")
+# Human-readable names for plots and tables.
+LABELS = {"one_gpu": "aggregate on one GPU", "cpu": "aggregate on the CPU",
+          "sharded": "sharded over all GPUs", "ring": "ring allreduce"}
+
+
+def _positive(value: float, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 \
+            or math.isinf(value):
+        raise ValueError(f"{what} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def _count(n: int, what: str) -> int:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"{what} must be a whole number >= 1, got {n!r}")
+    return n
+
+
+def transfer_time(size: float, bandwidth: float) -> float:
+    """Seconds to move `size` bytes over one link of `bandwidth` bytes/s."""
+    return _positive(size, "size (bytes)") / _positive(bandwidth, "bandwidth (bytes/s)")
+
+
+def sync_time(strategy: str, size: float, n: int, bandwidth: float) -> float:
+    """Seconds to sum `size` bytes of gradients over n devices and send the result back to all."""
+    n = _count(n, "n (number of devices)")
+    t = transfer_time(size, bandwidth)
+    if strategy == "one_gpu":
+        # n-1 GPUs send to GPU0 one after another over its single link, then it sends back.
+        return 2 * (n - 1) * t
+    if strategy == "cpu":
+        # All n GPUs send to the CPU over its one link, and it sends the sum to all n.
+        return 2 * n * t
+    if strategy == "sharded":
+        # Device i owns 1/n of the gradient: every link is busy at once with pieces of size/n.
+        return 2 * (n - 1) * t / n
+    if strategy == "ring":
+        # Same traffic per link as sharding, on point-to-point links (reduce-scatter, all-gather).
+        return ring_time(size, n, [bandwidth])
+    raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
+
+
+def ring_time(size: float, n: int, ring_bandwidths: Sequence[float],
+              approximate: bool = False) -> float:
+    """Seconds for a ring allreduce of `size` bytes on n nodes, split over parallel rings.
+
+    Each ring gets a share of the data proportional to its bandwidth, so the rings act as one
+    ring of their summed bandwidth. Every link carries 2 (n-1)/n of the data; with
+    approximate=True that factor is taken as 2 (the book's "(n-1)/n is about 1").
+    """
+    n = _count(n, "n (number of nodes)")
+    if isinstance(ring_bandwidths, (int, float)):
+        raise TypeError("ring_bandwidths is a list of bandwidths, one per ring, e.g. [36e9, 18e9]")
+    if len(ring_bandwidths) == 0:
+        raise ValueError("ring_bandwidths needs at least one ring's bandwidth")
+    total = sum(_positive(b, "each ring's bandwidth (bytes/s)") for b in ring_bandwidths)
+    factor = 2.0 if approximate else 2.0 * (n - 1) / n
+    return factor * transfer_time(size, total)
+
+
+def server_time(size: float, workers: int, servers: int, bandwidth: float) -> float:
+    """Seconds for m workers to push `size` bytes of gradients to n servers and pull them back.
+
+    Server j holds 1/n of the parameters and receives that share from every worker over its
+    one network link, then sends the updated share back: 2 m size / (n bandwidth), O(m/n).
+    """
+    m = _count(workers, "workers")
+    n = _count(servers, "servers")
+    return 2 * m * transfer_time(size, bandwidth) / n
+
+
+def plot_sync_costs(size: float = 160e6, bandwidth: float = 16e9, max_devices: int = 8,
+                    sizes: Sequence[float] = (10e6, 40e6, 160e6, 640e6),
+                    n: int = 4) -> plt.Figure:
+    """Plot sync time against the number of devices (at `size`) and the size (at n devices)."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.2))
+    counts = range(2, _count(max_devices, "max_devices") + 1)
+    for strategy in STRATEGIES[:3]:
+        left.plot(list(counts), [sync_time(strategy, size, k, bandwidth) * 1e3 for k in counts],
+                  "o-", label=LABELS[strategy])
+        right.plot([s / 1e6 for s in sizes], [sync_time(strategy, s, n, bandwidth) * 1e3
+                                              for s in sizes], "o-", label=LABELS[strategy])
+    left.set(xlabel="number of GPUs", ylabel="ms",
+             title=f"{size / 1e6:.0f} MB at {bandwidth / 1e9:.0f} GB/s per link")
+    right.set(xlabel="gradient size (MB)", ylabel="ms", xscale="log", yscale="log",
+              title=f"{n} GPUs at {bandwidth / 1e9:.0f} GB/s per link")
+    left.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
