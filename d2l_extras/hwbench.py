@@ -1,0 +1,645 @@
+"""Measure this machine: memory, caches, vector units, matmul, storage, GPU links (bounded)."""
+from __future__ import annotations
+
+import math
+import os
+import random
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import torch
+
+from .hardware import default_device, fit_to_memory
+from .profiles import by_profile
+from .timing import Benchmark, Measurement
+
+KiB, MiB, GiB = 1024, 1024 ** 2, 1024 ** 3
+GB = 1e9  # rates are decimal (GB/s, GFLOP/s) as vendors print them; sizes are binary (KiB, MiB)
+
+DTYPES = {"float64": torch.float64, "float32": torch.float32,
+          "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+# --- argument checks: every public function rejects nonsense with a message saying what is valid
+
+def _positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
+    return value
+
+
+def _as_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    if isinstance(dtype, torch.dtype) and dtype in DTYPES.values():
+        return dtype
+    if isinstance(dtype, str) and dtype in DTYPES:
+        return DTYPES[dtype]
+    raise ValueError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
+
+
+def _as_device(device: torch.device | str | None) -> torch.device:
+    if device is None:
+        return default_device()
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"unknown device {device!r}: use 'cpu', 'cuda:0', 'mps' ...") from err
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+# --- timing: calibrate how many calls make one timed repeat, then take the median
+
+def _measure(fn: Callable[[], object], name: str, devices: Sequence[torch.device],
+             repeats: int = 5, min_time: float = 0.005, budget: float = 2.0) -> Measurement:
+    """Time the first call apart, then `repeats` batches lasting >= min_time; stop at `budget` s."""
+    repeats = _positive_int("repeats", repeats)
+    devices = [d for d in devices if d.type != "cpu"]  # CPU operators finish before returning
+    with Benchmark(devices=devices, verbose=False) as first:
+        fn()
+    with Benchmark(devices=devices, verbose=False) as probe:
+        fn()
+    # Tiny operations are timed in batches: one clock read costs about as much as they do.
+    number = max(1, min(100_000, math.ceil(min_time / max(probe.elapsed, 1e-7))))
+    warm, deadline = [], time.perf_counter() + budget
+    for _ in range(repeats):
+        with Benchmark(devices=devices, verbose=False) as run:
+            for _ in range(number):
+                fn()
+        warm.append(run.elapsed / number)
+        if time.perf_counter() > deadline:  # a busy machine must not stretch a notebook
+            break
+    return Measurement(name, first.elapsed, warm)
+
+
+def machine_load() -> float | None:
+    """Runnable processes per core over the last minute (>= 1: timings share the cores), or None."""
+    if not hasattr(os, "getloadavg"):
+        return None
+    return os.getloadavg()[0] / (os.cpu_count() or 1)
+
+
+@dataclass
+class Rate:
+    """Work done per call (bytes moved or floating point operations) and the median seconds."""
+
+    name: str
+    amount: float      # bytes or FLOPs per call
+    seconds: float     # median seconds per call
+    unit: str = "B"    # "B" for bytes, "FLOP" for floating point operations
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def per_second(self) -> float:
+        """Rate in units per second."""
+        return self.amount / self.seconds
+
+    @property
+    def giga(self) -> float:
+        """Rate in GB/s or GFLOP/s (decimal giga)."""
+        return self.per_second / GB
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.giga:.3g} G{self.unit}/s"
+
+
+# --- memory
+
+def copy_bandwidth(n_bytes: int | None = None, device: torch.device | str | None = "cpu",
+                   repeats: int = 5) -> Rate:
+    """Copy one buffer into another; bytes read plus bytes written per second (STREAM 'copy')."""
+    device = _as_device(device)
+    if n_bytes is None:  # beyond any CPU's last-level cache, so this is RAM (or GPU memory)
+        n_bytes = by_profile(64 * MiB, 256 * MiB, 1 * GiB)
+    n = fit_to_memory(_positive_int("n_bytes", n_bytes) // 4 or 1, 8, device, fraction=0.25)
+    src = torch.ones(n, dtype=torch.float32, device=device)
+    dst = torch.empty_like(src)
+    m = _measure(lambda: dst.copy_(src), "copy", [device], repeats)
+    return Rate(f"copy on {device}", 2 * src.nbytes, m.median, "B", {"n_bytes": src.nbytes})
+
+
+@dataclass
+class Gather:
+    """Seconds per element to gather with random indices and with contiguous (burst) ones."""
+
+    n: int
+    source_bytes: int
+    random_s: float
+    contiguous_s: float
+
+    @property
+    def ratio(self) -> float:
+        """How many times slower a random read is than a burst read."""
+        return self.random_s / self.contiguous_s
+
+
+def gather_time(n: int | None = None, source_bytes: int | None = None,
+                device: torch.device | str | None = "cpu", repeats: int = 5) -> Gather:
+    """Gather n float32 values from a large source: random indices vs consecutive ones."""
+    device = _as_device(device)
+    n = _positive_int("n", n if n is not None else by_profile(2 ** 20, 2 ** 22, 2 ** 24))
+    if source_bytes is None:
+        source_bytes = by_profile(128 * MiB, 512 * MiB, 1 * GiB)
+    size = fit_to_memory(_positive_int("source_bytes", source_bytes) // 4 or 1, 4, device, 0.25)
+    n = fit_to_memory(n, 4 + 8, device, 0.1)
+    source = torch.rand(size, device=device)
+    out = torch.empty(n, device=device)
+    gen = torch.Generator().manual_seed(0)
+    scattered = torch.randint(0, size, (n,), generator=gen).to(device)
+    consecutive = (torch.arange(n) % size).to(device)
+    rand = _measure(lambda: torch.index_select(source, 0, scattered, out=out), "random",
+                    [device], repeats)
+    cont = _measure(lambda: torch.index_select(source, 0, consecutive, out=out), "contiguous",
+                    [device], repeats)
+    return Gather(n, source.nbytes, rand.median / n, cont.median / n)
+
+
+@dataclass
+class CacheSweep:
+    """Seconds per random read against the working-set size it was drawn from."""
+
+    sizes: list[int]
+    seconds: list[float]
+    device: str
+
+
+def default_sweep_sizes(largest: int | None = None) -> list[int]:
+    """Working sets from 4 KiB to beyond the last-level cache (x4 steps in ci, x2 otherwise)."""
+    if largest is None:
+        llc = max((cache_sizes() or {}).values(), default=32 * MiB)
+        largest = max(4 * llc, 64 * MiB)
+    step = by_profile(4, 2, 2)
+    sizes, s = [], 4 * KiB
+    while s <= _positive_int("largest", largest):
+        sizes.append(s)
+        s *= step
+    return sizes
+
+
+def cache_sweep(sizes: Sequence[int] | None = None, lookups: int | None = None,
+                device: torch.device | str | None = "cpu", repeats: int = 5) -> CacheSweep:
+    """Time random reads inside working sets of growing size: steps appear at each cache size."""
+    device = _as_device(device)
+    sizes = list(default_sweep_sizes() if sizes is None else sizes)
+    if not sizes:
+        raise ValueError("cache_sweep needs at least one working-set size in bytes")
+    for s in sizes:
+        _positive_int("working-set size", s)
+    lookups = _positive_int("lookups", lookups if lookups is not None else
+                             by_profile(2 ** 18, 2 ** 20, 2 ** 22))
+    largest = fit_to_memory(max(sizes) // 4 or 1, 4, device, 0.25)
+    gen = torch.Generator().manual_seed(0)
+    out = torch.empty(lookups, device=device)
+    result, actual = [], []
+    for s in sizes:
+        n = max(1, min(s // 4, largest))
+        actual.append(4 * n)
+        source = torch.rand(n, device=device)
+        # int32 indices: fewer bytes streaming past the cache we are trying to observe
+        idx = torch.randint(0, n, (lookups,), generator=gen, dtype=torch.int32).to(device)
+        # longer batches than elsewhere: the steps are small, so noise must be smaller still
+        m = _measure(lambda: torch.index_select(source, 0, idx, out=out), f"{s}", [device],
+                     repeats, min_time=0.02)
+        result.append(m.median / lookups)
+        del source, idx
+    return CacheSweep(actual, result, str(device))
+
+
+def _parse_size(text: str) -> int:
+    text = text.strip().upper().removesuffix("B")
+    scale = {"K": KiB, "M": MiB, "G": GiB}.get(text[-1:], 1)
+    return int(text.rstrip("KMG")) * scale
+
+
+def _read_text(path: str) -> str:
+    with open(path, encoding="ascii") as f:
+        return f.read().strip()
+
+
+def cache_sizes() -> dict[str, int] | None:
+    """The data-cache sizes in bytes the OS reports for one core (L1d, L2, L3), or None."""
+    found: dict[str, int] = {}
+    if sys.platform.startswith("linux"):
+        base = "/sys/devices/system/cpu/cpu0/cache"
+        try:
+            for entry in sorted(os.listdir(base)):
+                if not entry.startswith("index"):
+                    continue
+                kind, level = (_read_text(os.path.join(base, entry, f)) for f in ("type", "level"))
+                if kind in ("Data", "Unified"):
+                    size = _read_text(os.path.join(base, entry, "size"))
+                    found["L1d" if level == "1" else f"L{level}"] = _parse_size(size)
+        except (OSError, ValueError):
+            return None
+    elif sys.platform == "darwin":
+        for key, name in (("l1dcachesize", "L1d"), ("l2cachesize", "L2"),
+                          ("l3cachesize", "L3")):
+            for prefix in ("hw.perflevel0.", "hw."):  # Apple silicon reports per core cluster
+                try:
+                    out = subprocess.run(["sysctl", "-n", prefix + key], capture_output=True,
+                                         text=True, timeout=5)
+                    if out.returncode == 0 and out.stdout.strip().isdigit():
+                        found[name] = int(out.stdout.strip())
+                        break
+                except (OSError, subprocess.SubprocessError):
+                    pass
+    return found or None
+
+
+# --- the processor: loops, vector units, matrix multiply
+
+@dataclass
+class LoopVsVector:
+    """Seconds per element of y = a*x + y: a Python loop against one vectorized operation."""
+
+    n: int
+    loop_s: float
+    vector_s: float
+
+    @property
+    def speedup(self) -> float:
+        """How many times faster the vectorized version is."""
+        return self.loop_s / self.vector_s
+
+
+def loop_vs_vectorized(n: int | None = None, repeats: int = 3) -> LoopVsVector:
+    """Time a*x + y elementwise in a Python loop and as one torch operation on the CPU."""
+    n = _positive_int("n", n if n is not None else by_profile(10 ** 6, 10 ** 6, 10 ** 7))
+    x, y = torch.rand(n), torch.rand(n)
+    xs, ys, out = x.tolist(), y.tolist(), [0.0] * n
+
+    def loop():
+        for i in range(n):
+            out[i] = 2.0 * xs[i] + ys[i]
+
+    def vector():
+        return torch.add(y, x, alpha=2.0)
+
+    lm = _measure(loop, "loop", [], repeats, min_time=0)
+    vm = _measure(vector, "vector", [], repeats)
+    # Same arithmetic, so the same numbers (torch.testing would import a lot; allclose will do).
+    if not torch.allclose(torch.tensor(out, dtype=torch.float32), vector()):
+        raise AssertionError("the loop and the vectorized a*x + y disagree")
+    return LoopVsVector(n, lm.median / n, vm.median / n)
+
+
+def dtype_supported(dtype: str | torch.dtype, device: torch.device | str | None = None) -> bool:
+    """Whether a small matrix multiply in this dtype runs on this device."""
+    dtype, device = _as_dtype(dtype), _as_device(device)
+    if device.type == "cuda" and dtype == torch.bfloat16:
+        return torch.cuda.is_bf16_supported()
+    if device.type == "mps" and dtype == torch.float64:
+        return False  # Apple GPUs have no float64
+    try:
+        a = torch.ones(4, 4, dtype=dtype, device=device)
+        return bool(torch.isfinite((a @ a).float()).all())
+    except (RuntimeError, TypeError):
+        return False
+
+
+def matmul_rate(n: int, dtype: str | torch.dtype = "float32",
+                device: torch.device | str | None = None, repeats: int = 5) -> Rate:
+    """FLOP/s of an n x n matrix product (2 n^3 operations per call)."""
+    n, dtype, device = _positive_int("n", n), _as_dtype(dtype), _as_device(device)
+    if not dtype_supported(dtype, device):
+        raise ValueError(f"{_dtype_name(dtype)} matrix multiply is not supported on {device}")
+    itemsize = torch.empty(0, dtype=dtype).element_size()
+    if fit_to_memory(n * n, 3 * itemsize, device, 0.5, minimum=1) < n * n:
+        raise ValueError(f"{n} x {n} {_dtype_name(dtype)} matrices do not fit in half of the "
+                         f"free memory of {device}; pick a smaller n")
+    a = torch.rand(n, n, device=device).to(dtype)
+    b = torch.rand(n, n, device=device).to(dtype)
+    c = torch.empty(n, n, device=device, dtype=dtype)
+    m = _measure(lambda: torch.mm(a, b, out=c), f"{n}", [device], repeats)
+    return Rate(f"matmul {n} {_dtype_name(dtype)}", 2 * n ** 3, m.median, "FLOP",
+                {"n": n, "dtype": _dtype_name(dtype), "cold": m.cold})
+
+
+def matmul_sweep(sizes: Sequence[int] | None = None,
+                 dtypes: Sequence[str | torch.dtype] = ("float64", "float32", "bfloat16"),
+                 device: torch.device | str | None = None, repeats: int = 3) -> list[Rate]:
+    """matmul_rate for every size and every dtype this device supports (others are skipped)."""
+    device = _as_device(device)
+    if sizes is None:
+        top = by_profile(512, 1024, 2048) if device.type == "cpu" else \
+            by_profile(2048, 8192, 16384)
+        sizes = [s for s in (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384) if s <= top]
+    if not sizes or not dtypes:
+        raise ValueError("matmul_sweep needs at least one size and one dtype")
+    rates = []
+    for dtype in dtypes:
+        if not dtype_supported(dtype, device):
+            continue
+        itemsize = torch.empty(0, dtype=_as_dtype(dtype)).element_size()
+        for n in sizes:
+            if fit_to_memory(n * n, 3 * itemsize, device, 0.5) < n * n:
+                break  # larger sizes do not fit either
+            rates.append(matmul_rate(n, dtype, device, repeats))
+    return rates
+
+
+# --- the roofline: which operations the memory limits and which the arithmetic limits
+
+@dataclass
+class Kernel:
+    """One operation: FLOPs, the fewest bytes it must move, and the measured median seconds."""
+
+    name: str
+    flops: float
+    bytes: float
+    seconds: float
+
+    @property
+    def intensity(self) -> float:
+        """Arithmetic intensity: FLOPs per byte moved."""
+        return self.flops / self.bytes
+
+    @property
+    def gflops(self) -> float:
+        """Measured GFLOP/s."""
+        return self.flops / self.seconds / GB
+
+
+def attainable(intensity: float, bandwidth_gbps: float, peak_gflops: float) -> float:
+    """Roofline bound in GFLOP/s: min(peak, bandwidth x intensity)."""
+    if intensity <= 0 or bandwidth_gbps <= 0 or peak_gflops <= 0:
+        raise ValueError("attainable() needs intensity, bandwidth and peak > 0")
+    return min(peak_gflops, bandwidth_gbps * intensity)
+
+
+def roofline_kernels(n: int | None = None, device: torch.device | str | None = "cpu",
+                     repeats: int = 3) -> list[Kernel]:
+    """Measure vector add (n), matrix-vector (sqrt n) and matrix-matrix products in float32."""
+    device = _as_device(device)
+    n = _positive_int("n", n if n is not None else by_profile(2 ** 22, 2 ** 24, 2 ** 25))
+    n = fit_to_memory(n, 3 * 4, device, 0.25)
+    m = max(1, math.isqrt(n))             # the matrix-vector product reads an m x m matrix
+    k = min(m, by_profile(512, 1024, 2048))  # matrix-matrix: compute bound well before this
+    x, y, z = (torch.rand(n, device=device) for _ in range(3))
+    A, v, w = torch.rand(m, m, device=device), torch.rand(m, device=device), \
+        torch.empty(m, device=device)
+    P, Q, R = (torch.rand(k, k, device=device) for _ in range(3))
+    jobs = [("vector add", lambda: torch.add(x, y, out=z), n, 3 * 4 * n),
+            ("matrix-vector", lambda: torch.mv(A, v, out=w), 2 * m * m, 4 * (m * m + 2 * m)),
+            ("matrix-matrix", lambda: torch.mm(P, Q, out=R), 2 * k ** 3, 3 * 4 * k * k)]
+    return [Kernel(name, flops, nbytes, _measure(fn, name, [device], repeats).median)
+            for name, fn, flops, nbytes in jobs]
+
+
+# --- storage
+
+@dataclass
+class StorageReads:
+    """Sequential read bandwidth and the median time of one random block read of a file."""
+
+    n_bytes: int
+    block: int
+    sequential_s: float     # median seconds to read the whole file front to back
+    random_s: float         # median seconds per random block read
+    cache_dropped: bool     # False: reads may have come from the OS page cache (RAM)
+
+    @property
+    def sequential_gbps(self) -> float:
+        """Sequential reads in GB/s."""
+        return self.n_bytes / self.sequential_s / GB
+
+    @property
+    def random_iops(self) -> float:
+        """Random block reads per second (one at a time)."""
+        return 1 / self.random_s
+
+
+def _drop_cache(fd: int) -> bool:
+    """Ask the OS to forget the file's cached pages, so the next reads go to the device."""
+    if hasattr(os, "posix_fadvise"):
+        os.fsync(fd)  # dirty pages cannot be dropped
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        return True
+    if sys.platform == "darwin":
+        import fcntl
+        fcntl.fcntl(fd, getattr(fcntl, "F_NOCACHE", 48), 1)  # bypass the cache from now on
+        return True
+    return False
+
+
+def _pread(fd: int, size: int, offset: int) -> bytes:
+    if hasattr(os, "pread"):
+        return os.pread(fd, size, offset)
+    os.lseek(fd, offset, os.SEEK_SET)
+    return os.read(fd, size)
+
+
+def storage_reads(n_bytes: int | None = None, block: int = 4 * KiB, n_random: int | None = None,
+                  directory: str | None = None, repeats: int = 3) -> StorageReads:
+    """Write a temporary file, then time sequential and random reads; the file is always removed."""
+    n_bytes = _positive_int("n_bytes", n_bytes if n_bytes is not None else
+                            by_profile(32 * MiB, 256 * MiB, 1 * GiB))
+    block = _positive_int("block", block)
+    n_random = _positive_int("n_random", n_random if n_random is not None else
+                              by_profile(200, 1000, 4000))
+    repeats = _positive_int("repeats", repeats)
+    if n_bytes < block:
+        raise ValueError(f"n_bytes ({n_bytes}) must hold at least one block ({block} bytes)")
+    # Bounded by the disk too: never take more than a quarter of its free space.
+    free = shutil.disk_usage(directory or tempfile.gettempdir()).free
+    n_bytes = fit_to_memory(n_bytes, 1, "cpu", 0.25, minimum=block, budget=free)
+    chunk = 1 * MiB
+    pattern = os.urandom(min(chunk, n_bytes))
+    with tempfile.TemporaryDirectory(dir=directory, prefix="d2l-storage-") as tmp:
+        path = os.path.join(tmp, "reads.bin")
+        with open(path, "wb") as f:
+            for start in range(0, n_bytes, chunk):
+                f.write(pattern[: min(chunk, n_bytes - start)])
+        flags = os.O_RDONLY | getattr(os, "O_BINARY", 0)
+        fd = os.open(path, flags)
+        try:
+            buf = bytearray(chunk)
+            seq, rnd, dropped = [], [], True
+            for _ in range(repeats):
+                dropped &= _drop_cache(fd)
+                start = time.perf_counter()
+                os.lseek(fd, 0, os.SEEK_SET)
+                with open(fd, "rb", buffering=0, closefd=False) as f:
+                    while f.readinto(buf):
+                        pass
+                seq.append(time.perf_counter() - start)
+            dropped &= _drop_cache(fd)
+            rng = random.Random(0)
+            blocks = n_bytes // block
+            for _ in range(n_random):
+                offset = rng.randrange(blocks) * block
+                start = time.perf_counter()
+                _pread(fd, block, offset)
+                rnd.append(time.perf_counter() - start)
+        finally:
+            os.close(fd)
+    return StorageReads(n_bytes, block, statistics.median(seq), statistics.median(rnd), dropped)
+
+
+# --- the network stack, through the loopback interface
+
+@dataclass
+class Loopback:
+    """Round trip of a 1-byte message and bulk bandwidth over TCP on 127.0.0.1."""
+
+    round_trip_s: float     # median seconds for one message there and back
+    n_bytes: int
+    bulk_s: float           # median seconds to send n_bytes (and get a 1-byte receipt)
+
+    @property
+    def gbps(self) -> float:
+        """Bulk transfer rate in GB/s."""
+        return self.n_bytes / self.bulk_s / GB
+
+
+def _recv_exactly(conn: socket.socket, n: int, buf: bytearray) -> None:
+    view, got = memoryview(buf), 0
+    while got < n:
+        k = conn.recv_into(view[: min(len(buf), n - got)])
+        if not k:
+            raise ConnectionError("the loopback peer closed the connection early")
+        got += k
+
+
+def loopback_network(n_bytes: int | None = None, pings: int | None = None, repeats: int = 3,
+                     timeout: float = 10.0) -> Loopback:
+    """TCP on 127.0.0.1 (an echo thread plays the peer): 1-byte round trips, bulk send of n_bytes."""
+    n_bytes = _positive_int("n_bytes", n_bytes if n_bytes is not None else
+                            by_profile(64 * MiB, 256 * MiB, 1 * GiB))
+    pings = _positive_int("pings", pings if pings is not None else by_profile(200, 1000, 5000))
+    repeats = _positive_int("repeats", repeats)
+    chunk = bytes(min(MiB, n_bytes))
+    server = socket.create_server(("127.0.0.1", 0))  # loopback only, any free port
+    server.settimeout(timeout)                        # every wait ends, even if a side dies
+    failure: list[BaseException] = []
+
+    def echo():  # the "other machine": echoes pings, acknowledges bulk transfers
+        try:
+            conn, _ = server.accept()
+            with conn:
+                conn.settimeout(timeout)
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                buf = bytearray(MiB)
+                for _ in range(pings * repeats + 1):
+                    _recv_exactly(conn, 1, buf)
+                    conn.sendall(b"x")
+                for _ in range(repeats + 1):
+                    _recv_exactly(conn, n_bytes, buf)
+                    conn.sendall(b"k")
+        except BaseException as err:  # reported by the main thread below
+            failure.append(err)
+
+    worker = threading.Thread(target=echo, daemon=True)
+    worker.start()
+    rtts, bulks = [], []
+    try:
+        with socket.create_connection(server.getsockname(), timeout=timeout) as client:
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            one = bytearray(1)
+            client.sendall(b"p")  # warm-up round trip, not timed
+            _recv_exactly(client, 1, one)
+            for _ in range(repeats):
+                start = time.perf_counter()
+                for _ in range(pings):
+                    client.sendall(b"p")
+                    _recv_exactly(client, 1, one)
+                rtts.append((time.perf_counter() - start) / pings)
+            for i in range(repeats + 1):
+                start = time.perf_counter()
+                for sent in range(0, n_bytes, len(chunk)):
+                    client.sendall(chunk[: min(len(chunk), n_bytes - sent)])
+                _recv_exactly(client, 1, one)  # the receipt: every byte has arrived
+                if i:  # the first transfer grows the socket buffers: time it apart
+                    bulks.append(time.perf_counter() - start)
+    finally:
+        worker.join(timeout)
+        server.close()
+    if failure:
+        raise ConnectionError(f"the loopback echo thread failed: {failure[0]!r}")
+    return Loopback(statistics.median(rtts), n_bytes, statistics.median(bulks))
+
+
+# --- accelerators and the links between them
+
+def _need_accelerator(device: torch.device, what: str) -> None:
+    if device.type == "cpu":
+        raise ValueError(f"{what} needs an accelerator (a 'cuda' or 'mps' device), got cpu")
+
+
+def host_device_bandwidth(device: torch.device | str | None = None, n_bytes: int | None = None,
+                          pinned: bool = False, repeats: int = 5) -> dict[str, Rate]:
+    """Host-to-device and device-to-host copy rates (GB/s), from pageable or pinned host memory."""
+    device = _as_device(device)
+    _need_accelerator(device, "host_device_bandwidth")
+    if pinned and device.type != "cuda":
+        raise ValueError("pinned (page-locked) host memory is a CUDA feature; use pinned=False")
+    n_bytes = _positive_int("n_bytes", n_bytes if n_bytes is not None else
+                            by_profile(32 * MiB, 256 * MiB, 1 * GiB))
+    n = fit_to_memory(max(1, n_bytes // 4), 4, device, 0.25)
+    n = fit_to_memory(n, 4, "cpu", 0.25)
+    host = torch.ones(n, pin_memory=pinned)
+    dev = torch.empty(n, device=device)
+    kind = "pinned" if pinned else "pageable"
+    # non_blocking only matters (and is only safe to time) with pinned memory; we synchronize.
+    h2d = _measure(lambda: dev.copy_(host, non_blocking=pinned), "h2d", [device], repeats)
+    d2h = _measure(lambda: host.copy_(dev, non_blocking=pinned), "d2h", [device], repeats)
+    return {"h2d": Rate(f"host->{device} {kind}", host.nbytes, h2d.median),
+            "d2h": Rate(f"{device}->host {kind}", host.nbytes, d2h.median)}
+
+
+def launch_overhead(device: torch.device | str | None = None, n: int | None = None,
+                    repeats: int = 5) -> float:
+    """Seconds per tiny operation: kernel launch on a GPU, operator dispatch on the CPU."""
+    device = _as_device(device)
+    n = _positive_int("n", n if n is not None else by_profile(1000, 5000, 20000))
+    x = torch.zeros(1, device=device)
+
+    def many():
+        for _ in range(n):
+            x.add_(1.0)
+
+    return _measure(many, "launch", [device], repeats).median / n
+
+
+def peer_bandwidth(devices: Sequence[torch.device | str], n_bytes: int | None = None,
+                   repeats: int = 3) -> list[list[float]]:
+    """GB/s matrix of copies from device i (row) to device j (column); the diagonal stays local."""
+    devices = [_as_device(d) for d in devices]
+    if len(devices) < 2:
+        raise ValueError(f"peer_bandwidth needs 2 or more devices, got {len(devices)}")
+    n_bytes = _positive_int("n_bytes", n_bytes if n_bytes is not None else
+                            by_profile(16 * MiB, 128 * MiB, 512 * MiB))
+    n = max(1, n_bytes // 4)
+    for d in set(devices):  # each device holds one source and one target per pair
+        n = fit_to_memory(n, 4 * 2, d, 0.25)
+    buffers = [torch.ones(n, device=d) for d in devices]
+    matrix = []
+    for i, src in enumerate(buffers):
+        row = []
+        for j, dst_dev in enumerate(devices):
+            dst = torch.empty(n, device=dst_dev)
+            m = _measure(lambda: dst.copy_(src), f"{i}->{j}",
+                         [devices[i], devices[j]], repeats)
+            # a local copy reads and writes the same memory: count both, as copy_bandwidth does
+            moved = (2 if i == j else 1) * src.nbytes
+            row.append(moved / m.median / GB)
+            del dst
+        matrix.append(row)
+    return matrix
+
+
+def p2p_access(devices: Sequence[torch.device | str]) -> list[list[bool]]:
+    """Whether each CUDA device can read the other's memory directly (NVLink or PCIe P2P)."""
+    devices = [_as_device(d) for d in devices]
+    return [[i == j or (a.type == b.type == "cuda" and
+                        torch.cuda.can_device_access_peer(a.index or 0, b.index or 0))
+             for j, b in enumerate(devices)] for i, a in enumerate(devices)]
