@@ -98,9 +98,9 @@ def launch(module: str, nproc: int, args: Sequence[str] = (), timeout: float = 3
     cmd = torchrun_command(module, nproc, args, nnodes, node_rank, master_addr, master_port)
     with tempfile.TemporaryDirectory(prefix="d2l-launch-") as tmp:
         result_file = os.path.join(tmp, "result.json")
-        run_env = {**os.environ, **(env or {}), RESULT_ENV: result_file,
-                   "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": os.environ.get(
-                       "OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))}
+        run_env = {**os.environ, **(env or {}), RESULT_ENV: result_file, "PYTHONUNBUFFERED": "1"}
+        # k processes share the cores: without a limit each would start one thread per core.
+        run_env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
         if master_addr.startswith("127.") and "GLOO_SOCKET_IFNAME" not in run_env:
             lo = loopback_interface()  # keep gloo's traffic on this machine
             if lo:

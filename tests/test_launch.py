@@ -74,3 +74,16 @@ def test_hanging_run_is_stopped_at_the_timeout(worker_dir):
     with pytest.raises(dx.WorkerError, match="did not finish within 15 s"):
         dx.launch("slow_worker", 1, timeout=15, echo=False)
     assert time.perf_counter() - start < 40
+
+
+def test_env_reaches_the_workers_and_wins_over_defaults(worker_dir):
+    (worker_dir / "env_worker.py").write_text(textwrap.dedent("""
+        import os
+        import d2l_extras as dx
+        rank, world, device = dx.init_worker(timeout_s=30)
+        if rank == 0:
+            dx.save_result({k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "D2L_TEST_FLAG")})
+    """))
+    run = dx.launch("env_worker", 1, timeout=120, echo=False,
+                    env={"OMP_NUM_THREADS": "3", "D2L_TEST_FLAG": "yes"})
+    assert run.result == {"OMP_NUM_THREADS": "3", "D2L_TEST_FLAG": "yes"}

@@ -1,0 +1,123 @@
+"""Data loading: the IDX reader, the Fashion-MNIST path (on files written here), the fallback."""
+import gzip
+import struct
+
+import numpy as np
+import pytest
+import torch
+
+import d2l_extras as dx
+from d2l_extras import data as dxdata
+
+
+def write_idx(path, array, compress=False):
+    """Write an unsigned-byte IDX file (the MNIST format)."""
+    header = bytes([0, 0, 0x08, array.ndim]) + struct.pack(f">{array.ndim}i", *array.shape)
+    payload = header + array.astype(np.uint8).tobytes()
+    (gzip.open if compress else open)(path, "wb").write(payload)
+
+
+def fake_fashion(root, n_train=12, n_test=6, compress=False):
+    folder = root / "FashionMNIST" / "raw"
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    arrays = {}
+    for split, n in (("train", n_train), ("test", n_test)):
+        images_name, labels_name = dxdata.FASHION_FILES[split]
+        X = rng.integers(0, 256, (n, 28, 28), dtype=np.uint8)
+        y = rng.integers(0, 10, n, dtype=np.uint8)
+        suffix = ".gz" if compress else ""
+        write_idx(folder / (images_name + suffix), X, compress)
+        write_idx(folder / (labels_name + suffix), y, compress)
+        arrays[split] = (X, y)
+    return arrays
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_read_idx_roundtrip(tmp_path, compress):
+    X = np.arange(2 * 3 * 4, dtype=np.uint8).reshape(2, 3, 4)
+    path = tmp_path / ("x.idx.gz" if compress else "x.idx")
+    write_idx(path, X, compress)
+    np.testing.assert_array_equal(dx.read_idx(path), X)
+
+
+def test_read_idx_rejects_bad_files(tmp_path):
+    bad = tmp_path / "bad"
+    bad.write_bytes(b"\x00\x00\x0d\x01" + struct.pack(">i", 1) + b"\x00" * 4)  # float32 code
+    with pytest.raises(ValueError, match="not an IDX file"):
+        dx.read_idx(bad)
+    short = tmp_path / "short"
+    short.write_bytes(b"\x00\x00\x08\x01" + struct.pack(">i", 10) + b"\x00" * 3)
+    with pytest.raises(ValueError, match="truncated"):
+        dx.read_idx(short)
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_fashion_mnist_is_read_from_the_cache(tmp_path, capsys, compress):
+    arrays = fake_fashion(tmp_path, compress=compress)
+    data = dx.load_images(10, 6, root=tmp_path, download=False)
+    assert data.name == "fashion-mnist"
+    assert "Fashion-MNIST" in capsys.readouterr().out
+    X, y = data.train.tensors
+    assert X.shape == (10, 1, 28, 28) and X.dtype == torch.float32 and y.dtype == torch.int64
+    assert 0 <= X.min() and X.max() <= 1
+    # Every image keeps its own label through the subset's shuffle.
+    X_all, y_all = arrays["train"]
+    for image, label in zip(X, y):
+        i = int(np.argmax((X_all == np.round(image[0].numpy() * 255)).all(axis=(1, 2))))
+        assert y_all[i] == label
+    assert len(data.test) == 6
+
+
+def test_source_fashion_mnist_without_files_says_where(tmp_path):
+    with pytest.raises(FileNotFoundError, match="FashionMNIST"):
+        dx.load_images(source="fashion-mnist", root=tmp_path, download=False)
+
+
+def test_fallback_to_digits(tmp_path, capsys):
+    data = dx.load_images(100, 50, root=tmp_path, download=False)
+    assert data.name == "digits"
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "digits" in out and "100 training and 50 test" in out
+    X, y = data.train.tensors
+    assert X.shape == (100, 1, 28, 28) and set(y.tolist()) <= set(range(10))
+    assert len(set(y.tolist())) == 10  # the subset mixes all classes
+
+
+def test_sizes_are_capped_and_checked(tmp_path):
+    data = dx.load_images(10**6, 10**6, root=tmp_path, download=False, verbose=False)
+    assert len(data.train) + len(data.test) == 1797
+    with pytest.raises(ValueError, match="n_train"):
+        dx.load_images(-3, root=tmp_path, download=False)
+    with pytest.raises(ValueError, match="source"):
+        dx.load_images(source="mnist")
+
+
+def test_profile_sizes(monkeypatch):
+    monkeypatch.setenv("D2L_PROFILE", "ci")
+    assert dxdata.default_sizes() == (1024, 300)
+    monkeypatch.setenv("D2L_PROFILE", "full")
+    assert dxdata.default_sizes() == (60000, 10000)
+
+
+def test_data_dir_env(monkeypatch, tmp_path):
+    monkeypatch.setenv("D2L_DATA_DIR", str(tmp_path))
+    assert dx.data_dir() == tmp_path
+    monkeypatch.delenv("D2L_DATA_DIR")
+    assert dx.data_dir().parts[-2:] == (".cache", "d2l-extras")
+
+
+def test_offline_probe_is_quick():
+    # A host that cannot resolve: the probe answers with a reason, not a hang.
+    reason = dxdata._reachable("nonexistent.invalid", timeout=2)
+    assert reason
+
+
+def test_loaders(tmp_path):
+    data = dx.load_images(64, 32, root=tmp_path, download=False, verbose=False)
+    train, test = data.loaders(16)
+    X, y = next(iter(train))
+    assert X.shape == (16, 1, 28, 28) and y.shape == (16,)
+    assert sum(len(y) for _, y in test) == 32
+    with pytest.raises(ValueError, match="batch_size"):
+        data.loaders(0)

@@ -1,0 +1,39 @@
+"""LeNet from scratch and the small ResNet-18."""
+import pytest
+import torch
+from torch import nn
+
+import d2l_extras as dx
+
+
+def test_lenet_shapes_and_seed():
+    params = dx.lenet_params()
+    assert [tuple(p.shape) for p in params][::2] == [(20, 1, 3, 3), (50, 20, 5, 5), (800, 128),
+                                                     (128, 10)]
+    assert dx.lenet(torch.rand(4, 1, 28, 28), params).shape == (4, 10)
+    assert dx.lenet(torch.rand(0, 1, 28, 28), params).shape == (0, 10)  # an empty shard
+    torch.testing.assert_close(dx.lenet_params(seed=3)[0], dx.lenet_params(seed=3)[0])
+    assert dx.lenet_params(scale=0.01)[0].std() < 0.02  # the book's initialization
+
+
+@pytest.mark.parametrize("width", [4, 8])
+def test_resnet18(width):
+    net = dx.resnet18(10, 1, width)
+    net.apply(dx.init_weights)
+    assert net(torch.rand(2, 1, 28, 28)).shape == (2, 10)
+    convs = [m for m in net.modules() if isinstance(m, nn.Conv2d)]
+    assert len(convs) == 1 + 16 + 3  # stem, 8 blocks of 2 convs, 3 shortcut 1x1 convs
+    assert net[-1].in_features == 8 * width
+
+
+def test_init_weights():
+    layer = nn.Linear(1000, 10)
+    dx.init_weights(layer, std=0.01)
+    assert abs(layer.weight.std().item() - 0.01) < 0.002 and not layer.bias.any()
+    dx.init_weights(layer)  # He: std = sqrt(2 / fan_in)
+    assert abs(layer.weight.std().item() - (2 / 1000) ** 0.5) < 0.01
+
+
+def test_resnet18_rejects_bad_sizes():
+    with pytest.raises(ValueError, match="width"):
+        dx.resnet18(10, 1, 0)

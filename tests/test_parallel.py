@@ -1,0 +1,120 @@
+"""Data parallelism from scratch: k (simulated) devices compute what one device computes."""
+import pytest
+import torch
+
+import d2l_extras as dx
+
+CPU = torch.device("cpu")
+
+
+def test_get_params_copies_with_gradients():
+    params = dx.lenet_params()
+    copies = dx.get_params(params, CPU)
+    assert all(c.requires_grad and c.is_leaf and c.grad is None for c in copies)
+    copies[0].data.add_(1)
+    assert not torch.equal(copies[0], params[0])  # a copy, not a view
+
+
+def test_allreduce_sums_and_broadcasts():
+    data = [torch.ones(1, 2) * (i + 1) for i in range(3)]
+    dx.allreduce(data)
+    for t in data:
+        torch.testing.assert_close(t, torch.full((1, 2), 6.0))
+    single = [torch.arange(3.0)]
+    dx.allreduce(single)
+    torch.testing.assert_close(single[0], torch.arange(3.0))
+
+
+@pytest.mark.parametrize("bad, match", [
+    ([], "non-empty"),
+    ([torch.ones(2), torch.ones(3)], "one shape"),
+    ([torch.ones(2), torch.ones(2, dtype=torch.float64)], "one shape and dtype"),
+    ([torch.ones(2), [1.0, 1.0]], "list of tensors"),
+])
+def test_allreduce_rejects_bad_input(bad, match):
+    with pytest.raises(ValueError, match=match):
+        dx.allreduce(bad)
+
+
+def test_allreduce_rejects_the_same_tensor_twice():
+    t = torch.ones(2)
+    with pytest.raises(ValueError, match="twice"):
+        dx.allreduce([t, t])
+
+
+@pytest.mark.parametrize("n, k, sizes", [(4, 2, [2, 2]), (10, 3, [4, 3, 3]), (7, 4, [2, 2, 2, 1]),
+                                         (2, 3, [1, 1, 0])])
+def test_split_batch_uneven(n, k, sizes):
+    X, y = torch.arange(n * 5.0).reshape(n, 5), torch.arange(n)
+    X_shards, y_shards = dx.split_batch(X, y, [CPU] * k)
+    assert [len(s) for s in X_shards] == sizes == [len(s) for s in y_shards]
+    torch.testing.assert_close(torch.cat(X_shards), X)  # order kept, nothing lost
+    torch.testing.assert_close(torch.cat(y_shards), y)
+
+
+def test_split_batch_rejects_bad_input():
+    X = torch.zeros(4, 3)
+    with pytest.raises(ValueError, match="same number of examples"):
+        dx.split_batch(X, torch.zeros(5), [CPU])
+    with pytest.raises(ValueError, match="same number of examples"):
+        dx.split_batch(X, torch.tensor(1), [CPU])
+    with pytest.raises(ValueError, match="non-empty list of devices"):
+        dx.split_batch(X, torch.zeros(4), [])
+    with pytest.raises(ValueError, match="non-empty list of devices"):
+        dx.split_batch(X, torch.zeros(4), "cpu")
+    with pytest.raises(TypeError, match="tensors"):
+        dx.split_batch(X.numpy(), torch.zeros(4), [CPU])
+
+
+def _batch(n=24, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return torch.rand(n, 1, 28, 28, generator=gen), torch.randint(0, 10, (n,), generator=gen)
+
+
+@pytest.mark.parametrize("k", [2, 3])
+@pytest.mark.parametrize("n", [24, 25])  # 25 does not split evenly over 2 or 3 devices
+def test_k_device_step_equals_one_device_step(k, n):
+    X, y = _batch(n)
+    params = dx.lenet_params()
+    one = [dx.get_params(params, CPU)]
+    dx.train_batch(X, y, one, [CPU], lr=0.5)
+    many = [dx.get_params(params, CPU) for _ in range(k)]
+    dx.train_batch(X, y, many, [CPU] * k, lr=0.5)
+    for copy in many:  # every replica holds the one-device result
+        for p_k, p_1 in zip(copy, one[0]):
+            torch.testing.assert_close(p_k, p_1)
+    assert not torch.equal(one[0][0], params[0])  # the step did change something
+
+
+def test_train_batch_rejects_missing_copies():
+    X, y = _batch(4)
+    with pytest.raises(ValueError, match="one parameter copy per device"):
+        dx.train_batch(X, y, [dx.get_params(dx.lenet_params(), CPU)], [CPU, CPU], lr=0.1)
+
+
+def test_sgd_step():
+    p = torch.ones(2, requires_grad=True)
+    p.grad = torch.full((2,), 4.0)
+    dx.sgd([p], lr=0.5, batch_size=2)
+    torch.testing.assert_close(p.detach(), torch.zeros(2))
+    assert not p.grad.any()
+
+
+def test_evaluate_accuracy_split_equals_single():
+    net = dx.resnet18(10, 1, 4)
+    X, y = _batch(20)
+    batches = [(X[:13], y[:13]), (X[13:], y[13:])]
+    single = dx.evaluate_accuracy([net], batches, [CPU])
+    expected = (net.eval()(X).argmax(1) == y).float().mean().item()
+    net.train()
+    assert single == pytest.approx(expected)
+    replicas = dx.replicate(net, [CPU] * 3)
+    assert dx.evaluate_accuracy(replicas, batches, [CPU] * 3) == pytest.approx(expected)
+    assert net.training  # the mode is restored
+    params = dx.lenet_params()
+    fn = [lambda x: dx.lenet(x, params)] * 2
+    assert 0 <= dx.evaluate_accuracy(fn, batches, [CPU] * 2) <= 1
+    with pytest.raises(ValueError, match="one model per device"):
+        dx.evaluate_accuracy([net], batches, [CPU] * 2)
+    with pytest.raises(ValueError, match="no examples"):
+        dx.evaluate_accuracy([net], [], [CPU])
