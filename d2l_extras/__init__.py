@@ -1,31 +1,59 @@
-"""Shared helpers for the Computational Performance notebooks (d2l, chapter 12)."""
-# Each block re-exports one module's public names; keep one module per concept.
-from .profiles import PROFILES, by_profile, profile
-from .hardware import (accelerators, cpu_name, default_device, devices, fit_to_memory,
-                       free_memory, hardware_report)
-from .timing import Benchmark, Measurement, format_seconds, synchronize
-from .plotting import bar_chart
-from .compiler import compile_support, maybe_compile
-from .launch import (LaunchResult, WorkerError, free_port, init_worker, launch, save_result,
-                     torchrun_command)
-# issue 3 (asynchronous computation, automatic parallelism): timelines and matrix sizing
-from .hardware import square_side
-from .plotting import plot_timeline
-from .profiling import TimelineEvent, busy_time, profile_trace, record_timeline, trace_events
-# issue 4 (hardware): measurements of this machine and the roofline picture
-from .hwbench import (Gather, Kernel, Loopback, LoopVsVector, Rate, StorageReads, attainable,
-                      cache_sizes, cache_sweep, copy_bandwidth, dtype_supported, gather_time,
-                      host_device_bandwidth, launch_overhead, loop_vs_vectorized,
-                      loopback_network, machine_load, matmul_rate, matmul_sweep, p2p_access,
-                      peer_bandwidth, roofline_kernels, storage_reads)
-from .plotting import plot_roofline
-# issue 5 (multiple GPUs, DDP): data, models, data parallelism; ddp.py runs under torchrun
-from .data import ImageData, data_dir, load_data, load_images, read_idx
-from .models import Residual, init_weights, lenet, lenet_params, resnet18
-from .parallel import (allreduce, evaluate_accuracy, get_params, replicate, sgd, split_batch,
-                       train_batch)
-# issue 6 (parameter servers): sync cost model, ring allreduce, sharded key-value store
-from .costmodel import plot_sync_costs, ring_time, server_time, sync_time, transfer_time
-from .ring import (RingStats, bus_bandwidth, reduce_reference, ring_allreduce,
-                   ring_allreduce_dist)
-from .kvstore import KVStore, acknowledged_steps, committed_step
+"""Shared helpers for the Computational Performance notebooks (d2l, chapter 12).
+
+`import d2l_extras as dx`, then `dx.NAME`: each public name below is imported from its module
+on first use. Importing lazily keeps `import d2l_extras` fast for every torchrun worker, and
+lets `python -m d2l_extras.ring` (or .kvstore, .ddp) run a module that the package has not
+already imported (Python warns about that case).
+"""
+from __future__ import annotations
+
+import importlib
+
+# One module per concept, and its public names.
+_EXPORTS = {
+    "profiles": ["PROFILES", "by_profile", "profile"],
+    "hardware": ["accelerators", "cpu_name", "default_device", "devices", "fit_to_memory",
+                 "free_memory", "hardware_report", "square_side"],
+    "timing": ["Benchmark", "Measurement", "format_seconds", "synchronize"],
+    "plotting": ["bar_chart", "log_axis", "plot_roofline", "plot_timeline"],
+    "compiler": ["compile_support", "maybe_compile"],
+    "distributed": ["LaunchResult", "WorkerError", "free_port", "init_worker", "launch",
+               "save_result", "torchrun_command"],
+    # asynchronous computation, automatic parallelism: profiler timelines
+    "profiling": ["TimelineEvent", "busy_time", "profile_trace", "record_timeline",
+                  "trace_events"],
+    # hardware: measurements of this machine
+    "hwbench": ["Gather", "Kernel", "Loopback", "LoopVsVector", "Rate", "StorageReads",
+                "attainable", "cache_sizes", "cache_sweep", "copy_bandwidth", "dtype_supported",
+                "gather_time", "host_device_bandwidth", "launch_overhead",
+                "loop_vs_vectorized", "loopback_network", "machine_load", "matmul_rate",
+                "matmul_sweep", "p2p_access", "peer_bandwidth", "roofline_kernels",
+                "storage_reads"],
+    # multiple GPUs: data, models, data parallelism (ddp.py runs under torchrun)
+    "data": ["ImageData", "data_dir", "load_data", "load_images", "read_idx"],
+    "models": ["Residual", "init_weights", "lenet", "lenet_params", "resnet18"],
+    "parallel": ["allreduce", "evaluate_accuracy", "get_params", "replicate", "sgd",
+                 "split_batch", "train_batch"],
+    # parameter servers: cost model, ring allreduce, sharded key-value store
+    "costmodel": ["plot_sync_costs", "ring_time", "server_time", "sync_time", "transfer_time"],
+    "ring": ["RingStats", "bus_bandwidth", "reduce_reference", "ring_allreduce",
+             "ring_allreduce_dist"],
+    "kvstore": ["KVStore", "acknowledged_steps", "committed_step"],
+}
+_OWNER = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = sorted(_OWNER)
+
+
+def __getattr__(name: str):
+    """Import a public name (or a module, as in dx.kvstore) the first time it is used."""
+    if name in _EXPORTS:
+        return importlib.import_module(f".{name}", __name__)
+    if name not in _OWNER:
+        raise AttributeError(f"module 'd2l_extras' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_OWNER[name]}", __name__), name)
+    globals()[name] = value  # later look-ups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_OWNER) | set(_EXPORTS))

@@ -31,7 +31,7 @@ from torch.utils.data import DataLoader, Subset
 from torch.utils.data.distributed import DistributedSampler
 
 from .data import SOURCES, default_sizes, load_images
-from .launch import free_port, init_worker, save_result
+from .distributed import free_port, init_worker, save_result
 from .models import init_weights, resnet18
 from .profiles import by_profile
 from .timing import Benchmark

@@ -355,14 +355,20 @@ def _params(net: nn.Module) -> dict[str, list]:
 # ---------------------------------------------------------------------------------------------
 # Worker tasks.
 
+def _net_and_store(args, device, **store_options) -> tuple[nn.Module, "KVStore"]:
+    # Every task starts the same way: a fresh model whose parameters seed a fresh store.
+    net = make_net(args.seed).to(device)
+    store = KVStore(lr=args.lr, timeout_s=args.timeout, device=device, **store_options)
+    for name, p in net.named_parameters():
+        store.init(name, p.detach())
+    return net, store
+
+
 def task_compare(args, device) -> dict:
     """Store training (synchronous) vs allreduce training, then bounded-staleness runs."""
     X, y = make_problem(args.seed)
     X, y = X.to(device), y.to(device)
-    net = make_net(args.seed).to(device)
-    store = KVStore(lr=args.lr, timeout_s=args.timeout, device=device)
-    for name, p in net.named_parameters():
-        store.init(name, p.detach())
+    net, store = _net_and_store(args, device)
     owners = {k: store.owner(k) for k in store.keys()}
     sync_curve = train_kvstore(store, net, X, y, args.steps, args.batch, seed=args.seed,
                                eval_every=args.eval_every)
@@ -375,11 +381,7 @@ def task_compare(args, device) -> dict:
     for tau in args.staleness:
         if tau == 0:
             continue
-        net_t = make_net(args.seed).to(device)
-        store_t = KVStore(lr=args.lr, max_staleness=tau, timeout_s=args.timeout, device=device,
-                          seed=args.seed)
-        for name, p in net_t.named_parameters():
-            store_t.init(name, p.detach())
+        net_t, store_t = _net_and_store(args, device, max_staleness=tau, seed=args.seed)
         curves[str(tau)] = train_kvstore(store_t, net_t, X, y, args.steps, args.batch,
                                          seed=args.seed, eval_every=args.eval_every)
     return {"owners": owners, "params": _params(net), "curves": curves,
@@ -390,10 +392,7 @@ def task_fault(args, device) -> dict:
     """Checkpointed store training that resumes from --workdir; one rank may kill itself once."""
     X, y = make_problem(args.seed)
     X, y = X.to(device), y.to(device)
-    net = make_net(args.seed).to(device)
-    store = KVStore(lr=args.lr, timeout_s=args.timeout, device=device)
-    for name, p in net.named_parameters():
-        store.init(name, p.detach())
+    net, store = _net_and_store(args, device)
     start = store.load(args.workdir)
     if store.rank == 0:
         print(f"fault: starting at step {start}", flush=True)
@@ -467,7 +466,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Worker entry point: run tasks (ring, compare, fault, check); rank 0 hands back results."""
     import torch.distributed as dist
 
-    from .launch import init_worker, save_result
+    from .distributed import init_worker, save_result
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", choices=sorted(TASKS), nargs="+", default=["compare"],

@@ -1,9 +1,10 @@
-"""Pictures of measurements: bar charts of timings."""
+"""Pictures of measurements: bar charts, log axes, profiler timelines, rooflines."""
 from __future__ import annotations
 
 from typing import Mapping, Sequence
 
 import matplotlib.pyplot as plt
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from .timing import Measurement, format_seconds
 
@@ -114,4 +115,17 @@ def plot_roofline(bandwidth_gbps: float, peak_gflops: float, kernels: Sequence =
         ax.legend(fontsize=8, loc="lower right")
     if title:
         ax.set_title(title)
+    return ax
+
+
+def log_axis(ax: plt.Axes, plain: bool = True) -> plt.Axes:
+    """Give a log y-axis room above its labels and, if plain, ticks 1, 2, 5, 10 (not 10^k)."""
+    if ax.get_yscale() != "log":
+        raise ValueError("log_axis() tidies a log-scaled y-axis: call ax.set_yscale('log') first")
+    bottom, top = ax.get_ylim()
+    ax.set_ylim(bottom, top * 2.5)
+    if plain:
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
     return ax

@@ -217,7 +217,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Worker entry point: benchmark the ring against dist.all_reduce and hand back results."""
     import torch.distributed as dist
 
-    from .launch import init_worker, save_result
+    from .distributed import init_worker, save_result
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes-mb", type=float, nargs="+", default=[1, 4, 16, 64])

@@ -9,7 +9,7 @@ import torch.distributed as dist
 
 import d2l_extras as dx
 from d2l_extras import kvstore as kv
-from d2l_extras.launch import loopback_interface
+from d2l_extras.distributed import loopback_interface
 
 
 @pytest.fixture(scope="module")

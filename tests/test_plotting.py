@@ -22,3 +22,21 @@ def test_bar_chart_from_measurements_uses_median():
 def test_bar_chart_needs_values():
     with pytest.raises(ValueError, match="at least one value"):
         dx.bar_chart({})
+
+
+def test_log_axis_adds_room_and_plain_ticks():
+    _, ax = plt.subplots()
+    ax.plot([1, 10, 100], [1, 10, 1000])
+    ax.set_yscale("log")
+    top = ax.get_ylim()[1]
+    dx.log_axis(ax)
+    assert ax.get_ylim()[1] == pytest.approx(top * 2.5)
+    assert ax.yaxis.get_major_formatter()(100, 0) == "100"
+    plt.close("all")
+
+
+def test_log_axis_needs_a_log_axis():
+    _, ax = plt.subplots()
+    with pytest.raises(ValueError, match="set_yscale"):
+        dx.log_axis(ax)
+    plt.close("all")
