@@ -40,3 +40,9 @@ def test_log_axis_needs_a_log_axis():
     with pytest.raises(ValueError, match="set_yscale"):
         dx.log_axis(ax)
     plt.close("all")
+
+
+def test_bar_chart_labels_seconds_with_units():
+    ax = dx.bar_chart({"a": 2.5e-5, "b": 3e-5})
+    assert ax.yaxis.get_major_formatter()(2e-5, 0) == "20 us"
+    plt.close("all")
