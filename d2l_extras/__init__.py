@@ -13,7 +13,7 @@ import importlib
 _EXPORTS = {
     "profiles": ["PROFILES", "by_profile", "profile"],
     "hardware": ["accelerators", "cpu_name", "default_device", "devices", "fit_to_memory",
-                 "free_memory", "hardware_report", "square_side"],
+                 "free_memory", "hardware_report", "square_side", "whole_number"],
     "timing": ["Benchmark", "Measurement", "format_seconds", "synchronize"],
     "plotting": ["bar_chart", "log_axis", "plot_roofline", "plot_timeline"],
     "compiler": ["compile_support", "maybe_compile"],

@@ -14,6 +14,8 @@ from typing import Sequence
 
 import matplotlib.pyplot as plt
 
+from .hardware import whole_number
+
 STRATEGIES = ("one_gpu", "cpu", "sharded", "ring")
 # Human-readable names for plots and tables.
 LABELS = {"one_gpu": "aggregate on one GPU", "cpu": "aggregate on the CPU",
@@ -27,12 +29,6 @@ def _positive(value: float, what: str) -> float:
     return float(value)
 
 
-def _count(n: int, what: str) -> int:
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"{what} must be a whole number >= 1, got {n!r}")
-    return n
-
-
 def transfer_time(size: float, bandwidth: float) -> float:
     """Seconds to move `size` bytes over one link of `bandwidth` bytes/s."""
     return _positive(size, "size (bytes)") / _positive(bandwidth, "bandwidth (bytes/s)")
@@ -40,7 +36,7 @@ def transfer_time(size: float, bandwidth: float) -> float:
 
 def sync_time(strategy: str, size: float, n: int, bandwidth: float) -> float:
     """Seconds to sum `size` bytes of gradients over n devices and send the result back to all."""
-    n = _count(n, "n (number of devices)")
+    n = whole_number(n, "n (number of devices)")
     t = transfer_time(size, bandwidth)
     if strategy == "one_gpu":
         # n-1 GPUs send to GPU0 one after another over its single link, then it sends back.
@@ -65,7 +61,7 @@ def ring_time(size: float, n: int, ring_bandwidths: Sequence[float],
     ring of their summed bandwidth. Every link carries 2 (n-1)/n of the data; with
     approximate=True that factor is taken as 2 (the book's "(n-1)/n is about 1").
     """
-    n = _count(n, "n (number of nodes)")
+    n = whole_number(n, "n (number of nodes)")
     if isinstance(ring_bandwidths, (int, float)):
         raise TypeError("ring_bandwidths is a list of bandwidths, one per ring, e.g. [36e9, 18e9]")
     if len(ring_bandwidths) == 0:
@@ -81,8 +77,8 @@ def server_time(size: float, workers: int, servers: int, bandwidth: float) -> fl
     Server j holds 1/n of the parameters and receives that share from every worker over its
     one network link, then sends the updated share back: 2 m size / (n bandwidth), O(m/n).
     """
-    m = _count(workers, "workers")
-    n = _count(servers, "servers")
+    m = whole_number(workers, "workers")
+    n = whole_number(servers, "servers")
     return 2 * m * transfer_time(size, bandwidth) / n
 
 
@@ -91,7 +87,7 @@ def plot_sync_costs(size: float = 160e6, bandwidth: float = 16e9, max_devices: i
                     n: int = 4) -> plt.Figure:
     """Plot sync time against the number of devices (at `size`) and the size (at n devices)."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.2))
-    counts = range(2, _count(max_devices, "max_devices") + 1)
+    counts = range(2, whole_number(max_devices, "max_devices") + 1)
     for strategy in STRATEGIES[:3]:
         left.plot(list(counts), [sync_time(strategy, size, k, bandwidth) * 1e3 for k in counts],
                   "o-", label=LABELS[strategy])

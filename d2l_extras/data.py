@@ -19,6 +19,7 @@ import torch
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
+from .hardware import whole_number
 from .profiles import by_profile
 
 DATA_ENV = "D2L_DATA_DIR"
@@ -173,8 +174,7 @@ class ImageData:
     def loaders(self, batch_size: int, shuffle: bool = True, seed: int = 0
                 ) -> tuple[DataLoader, DataLoader]:
         """Return (train, test) DataLoaders; the training order is reproducible from seed."""
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a whole number >= 1, got {batch_size!r}")
+        whole_number(batch_size, "batch_size")
         generator = torch.Generator().manual_seed(seed)
         return (DataLoader(self.train, batch_size, shuffle=shuffle, generator=generator),
                 DataLoader(self.test, batch_size, shuffle=False))
@@ -195,9 +195,7 @@ def load_images(n_train: int | None = None, n_test: int | None = None, source: s
         raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
     default_train, default_test = default_sizes()
     n_train, n_test = n_train or default_train, n_test or default_test
-    for name, n in (("n_train", n_train), ("n_test", n_test)):
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"{name} must be a whole number >= 1, got {n!r}")
+    n_train, n_test = whole_number(n_train, "n_train"), whole_number(n_test, "n_test")
     root = pathlib.Path(root) if root is not None else data_dir()
     arrays, why = None, ""
     if source in ("auto", "fashion-mnist"):

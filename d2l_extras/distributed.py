@@ -28,6 +28,8 @@ from typing import Any, Sequence
 import psutil
 import torch
 
+from .hardware import whole_number
+
 RESULT_ENV = "D2L_RESULT_FILE"
 
 
@@ -64,8 +66,7 @@ def torchrun_command(module: str, nproc: int, args: Sequence[str] = (), nnodes: 
                      node_rank: int = 0, master_addr: str = "127.0.0.1",
                      master_port: int | None = None) -> list[str]:
     """Return the torchrun command line (as a list) that starts `module` in nproc processes."""
-    if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
-        raise ValueError(f"nproc must be a whole number >= 1, got {nproc!r}")
+    nproc = whole_number(nproc, "nproc")
     if nnodes < 1 or not 0 <= node_rank < nnodes:
         raise ValueError(f"need nnodes >= 1 and 0 <= node_rank < nnodes, "
                          f"got nnodes={nnodes}, node_rank={node_rank}")

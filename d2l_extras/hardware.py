@@ -102,16 +102,17 @@ def square_side(wanted: int, count: int = 1, device: torch.device | str | None =
     return min(wanted, side)
 
 
-def _check_count(n: object, what: str) -> int:
+def whole_number(value: object, what: str) -> int:
+    """Return value as an int if it is a whole number >= 1; else a ValueError naming `what`."""
     # bool is an int subclass, but devices(True) is surely a mistake.
-    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
-        raise ValueError(f"{what} needs a whole number of devices n >= 1, got {n!r}")
-    return int(n)
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{what} must be a whole number >= 1, got {value!r}")
+    return int(value)
 
 
 def devices(n: int) -> list[torch.device]:
     """Return exactly n devices: real GPUs first, the missing ones simulated as replicas."""
-    n = _check_count(n, "devices(n)")
+    n = whole_number(n, "devices(n): the number of devices n")
     real = accelerators() or [torch.device("cpu")]
     chosen = [real[i % len(real)] for i in range(n)]
     if n > len(real):

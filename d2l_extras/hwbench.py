@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from .hardware import default_device, fit_to_memory
+from .hardware import default_device, fit_to_memory, whole_number
 from .profiles import by_profile
 from .timing import Benchmark, Measurement
 
@@ -29,12 +29,6 @@ DTYPES = {"float64": torch.float64, "float32": torch.float32,
 
 
 # --- argument checks: every public function rejects nonsense with a message saying what is valid
-
-def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
-    return value
-
 
 def _as_dtype(dtype: str | torch.dtype) -> torch.dtype:
     if isinstance(dtype, torch.dtype) and dtype in DTYPES.values():
@@ -62,7 +56,7 @@ def _dtype_name(dtype: torch.dtype) -> str:
 def _measure(fn: Callable[[], object], name: str, devices: Sequence[torch.device],
              repeats: int = 5, min_time: float = 0.005, budget: float = 2.0) -> Measurement:
     """Time the first call apart, then `repeats` batches lasting >= min_time; stop at `budget` s."""
-    repeats = _positive_int("repeats", repeats)
+    repeats = whole_number(repeats, "repeats")
     devices = [d for d in devices if d.type != "cpu"]  # CPU operators finish before returning
     with Benchmark(devices=devices, verbose=False) as first:
         fn()
@@ -120,7 +114,7 @@ def copy_bandwidth(n_bytes: int | None = None, device: torch.device | str | None
     device = _as_device(device)
     if n_bytes is None:  # beyond any CPU's last-level cache, so this is RAM (or GPU memory)
         n_bytes = by_profile(64 * MiB, 256 * MiB, 1 * GiB)
-    n = fit_to_memory(_positive_int("n_bytes", n_bytes) // 4 or 1, 8, device, fraction=0.25)
+    n = fit_to_memory(whole_number(n_bytes, "n_bytes") // 4 or 1, 8, device, fraction=0.25)
     src = torch.ones(n, dtype=torch.float32, device=device)
     dst = torch.empty_like(src)
     m = _measure(lambda: dst.copy_(src), "copy", [device], repeats)
@@ -146,10 +140,10 @@ def gather_time(n: int | None = None, source_bytes: int | None = None,
                 device: torch.device | str | None = "cpu", repeats: int = 5) -> Gather:
     """Gather n float32 values from a large source: random indices vs consecutive ones."""
     device = _as_device(device)
-    n = _positive_int("n", n if n is not None else by_profile(2 ** 20, 2 ** 22, 2 ** 24))
+    n = whole_number(n if n is not None else by_profile(2 ** 20, 2 ** 22, 2 ** 24), "n")
     if source_bytes is None:
         source_bytes = by_profile(128 * MiB, 512 * MiB, 1 * GiB)
-    size = fit_to_memory(_positive_int("source_bytes", source_bytes) // 4 or 1, 4, device, 0.25)
+    size = fit_to_memory(whole_number(source_bytes, "source_bytes") // 4 or 1, 4, device, 0.25)
     n = fit_to_memory(n, 4 + 8, device, 0.1)
     source = torch.rand(size, device=device)
     out = torch.empty(n, device=device)
@@ -179,7 +173,7 @@ def default_sweep_sizes(largest: int | None = None) -> list[int]:
         largest = max(4 * llc, 64 * MiB)
     step = by_profile(4, 2, 2)
     sizes, s = [], 4 * KiB
-    while s <= _positive_int("largest", largest):
+    while s <= whole_number(largest, "largest"):
         sizes.append(s)
         s *= step
     return sizes
@@ -193,9 +187,9 @@ def cache_sweep(sizes: Sequence[int] | None = None, lookups: int | None = None,
     if not sizes:
         raise ValueError("cache_sweep needs at least one working-set size in bytes")
     for s in sizes:
-        _positive_int("working-set size", s)
-    lookups = _positive_int("lookups", lookups if lookups is not None else
-                             by_profile(2 ** 18, 2 ** 20, 2 ** 22))
+        whole_number(s, "working-set size")
+    lookups = whole_number(lookups if lookups is not None else
+                           by_profile(2 ** 18, 2 ** 20, 2 ** 22), "lookups")
     largest = fit_to_memory(max(sizes) // 4 or 1, 4, device, 0.25)
     gen = torch.Generator().manual_seed(0)
     out = torch.empty(lookups, device=device)
@@ -273,7 +267,7 @@ class LoopVsVector:
 
 def loop_vs_vectorized(n: int | None = None, repeats: int = 3) -> LoopVsVector:
     """Time a*x + y elementwise in a Python loop and as one torch operation on the CPU."""
-    n = _positive_int("n", n if n is not None else by_profile(10 ** 6, 10 ** 6, 10 ** 7))
+    n = whole_number(n if n is not None else by_profile(10 ** 6, 10 ** 6, 10 ** 7), "n")
     x, y = torch.rand(n), torch.rand(n)
     xs, ys, out = x.tolist(), y.tolist(), [0.0] * n
 
@@ -309,7 +303,7 @@ def dtype_supported(dtype: str | torch.dtype, device: torch.device | str | None 
 def matmul_rate(n: int, dtype: str | torch.dtype = "float32",
                 device: torch.device | str | None = None, repeats: int = 5) -> Rate:
     """FLOP/s of an n x n matrix product (2 n^3 operations per call)."""
-    n, dtype, device = _positive_int("n", n), _as_dtype(dtype), _as_device(device)
+    n, dtype, device = whole_number(n, "n"), _as_dtype(dtype), _as_device(device)
     if not dtype_supported(dtype, device):
         raise ValueError(f"{_dtype_name(dtype)} matrix multiply is not supported on {device}")
     itemsize = torch.empty(0, dtype=dtype).element_size()
@@ -380,7 +374,7 @@ def roofline_kernels(n: int | None = None, device: torch.device | str | None = "
                      repeats: int = 3) -> list[Kernel]:
     """Measure vector add (n), matrix-vector (sqrt n) and matrix-matrix products in float32."""
     device = _as_device(device)
-    n = _positive_int("n", n if n is not None else by_profile(2 ** 22, 2 ** 24, 2 ** 25))
+    n = whole_number(n if n is not None else by_profile(2 ** 22, 2 ** 24, 2 ** 25), "n")
     n = fit_to_memory(n, 3 * 4, device, 0.25)
     m = max(1, math.isqrt(n))             # the matrix-vector product reads an m x m matrix
     k = min(m, by_profile(512, 1024, 2048))  # matrix-matrix: compute bound well before this
@@ -441,12 +435,12 @@ def _pread(fd: int, size: int, offset: int) -> bytes:
 def storage_reads(n_bytes: int | None = None, block: int = 4 * KiB, n_random: int | None = None,
                   directory: str | None = None, repeats: int = 3) -> StorageReads:
     """Write a temporary file, then time sequential and random reads; the file is always removed."""
-    n_bytes = _positive_int("n_bytes", n_bytes if n_bytes is not None else
-                            by_profile(32 * MiB, 256 * MiB, 1 * GiB))
-    block = _positive_int("block", block)
-    n_random = _positive_int("n_random", n_random if n_random is not None else
-                              by_profile(200, 1000, 4000))
-    repeats = _positive_int("repeats", repeats)
+    n_bytes = whole_number(n_bytes if n_bytes is not None else
+                           by_profile(32 * MiB, 256 * MiB, 1 * GiB), "n_bytes")
+    block = whole_number(block, "block")
+    n_random = whole_number(n_random if n_random is not None else
+                            by_profile(200, 1000, 4000), "n_random")
+    repeats = whole_number(repeats, "repeats")
     if n_bytes < block:
         raise ValueError(f"n_bytes ({n_bytes}) must hold at least one block ({block} bytes)")
     # Bounded by the disk too: never take more than a quarter of its free space.
@@ -513,10 +507,10 @@ def _recv_exactly(conn: socket.socket, n: int, buf: bytearray) -> None:
 def loopback_network(n_bytes: int | None = None, pings: int | None = None, repeats: int = 3,
                      timeout: float = 10.0) -> Loopback:
     """TCP on 127.0.0.1 (an echo thread plays the peer): 1-byte round trips, bulk send of n_bytes."""
-    n_bytes = _positive_int("n_bytes", n_bytes if n_bytes is not None else
-                            by_profile(64 * MiB, 256 * MiB, 1 * GiB))
-    pings = _positive_int("pings", pings if pings is not None else by_profile(200, 1000, 5000))
-    repeats = _positive_int("repeats", repeats)
+    n_bytes = whole_number(n_bytes if n_bytes is not None else
+                           by_profile(64 * MiB, 256 * MiB, 1 * GiB), "n_bytes")
+    pings = whole_number(pings if pings is not None else by_profile(200, 1000, 5000), "pings")
+    repeats = whole_number(repeats, "repeats")
     chunk = bytes(min(MiB, n_bytes))
     server = socket.create_server(("127.0.0.1", 0))  # loopback only, any free port
     server.settimeout(timeout)                        # every wait ends, even if a side dies
@@ -582,8 +576,8 @@ def host_device_bandwidth(device: torch.device | str | None = None, n_bytes: int
     _need_accelerator(device, "host_device_bandwidth")
     if pinned and device.type != "cuda":
         raise ValueError("pinned (page-locked) host memory is a CUDA feature; use pinned=False")
-    n_bytes = _positive_int("n_bytes", n_bytes if n_bytes is not None else
-                            by_profile(32 * MiB, 256 * MiB, 1 * GiB))
+    n_bytes = whole_number(n_bytes if n_bytes is not None else
+                           by_profile(32 * MiB, 256 * MiB, 1 * GiB), "n_bytes")
     n = fit_to_memory(max(1, n_bytes // 4), 4, device, 0.25)
     n = fit_to_memory(n, 4, "cpu", 0.25)
     host = torch.ones(n, pin_memory=pinned)
@@ -600,7 +594,7 @@ def launch_overhead(device: torch.device | str | None = None, n: int | None = No
                     repeats: int = 5) -> float:
     """Seconds per tiny operation: kernel launch on a GPU, operator dispatch on the CPU."""
     device = _as_device(device)
-    n = _positive_int("n", n if n is not None else by_profile(1000, 5000, 20000))
+    n = whole_number(n if n is not None else by_profile(1000, 5000, 20000), "n")
     x = torch.zeros(1, device=device)
 
     def many():
@@ -616,8 +610,8 @@ def peer_bandwidth(devices: Sequence[torch.device | str], n_bytes: int | None = 
     devices = [_as_device(d) for d in devices]
     if len(devices) < 2:
         raise ValueError(f"peer_bandwidth needs 2 or more devices, got {len(devices)}")
-    n_bytes = _positive_int("n_bytes", n_bytes if n_bytes is not None else
-                            by_profile(16 * MiB, 128 * MiB, 512 * MiB))
+    n_bytes = whole_number(n_bytes if n_bytes is not None else
+                           by_profile(16 * MiB, 128 * MiB, 512 * MiB), "n_bytes")
     n = max(1, n_bytes // 4)
     for d in set(devices):  # each device holds one source and one target per pair
         n = fit_to_memory(n, 4 * 2, d, 0.25)

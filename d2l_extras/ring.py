@@ -18,11 +18,12 @@ from __future__ import annotations
 import argparse
 import datetime
 import statistics
-import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
 import torch
+
+from .timing import Benchmark
 
 OPS = ("sum", "prod", "max", "min")
 
@@ -182,13 +183,9 @@ def benchmark(sizes_mb: Sequence[float], repeats: int = 5, timeout_s: float = 60
 
     def timed(fn, x: torch.Tensor) -> float:
         dist.barrier()  # start together, or we time the neighbour's late arrival
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        fn(x)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        return time.perf_counter() - start
+        with Benchmark(devices=[device], verbose=False) as run:
+            fn(x)
+        return run.elapsed
 
     out = {"world": n, "backend": dist.get_backend(), "sizes_bytes": [], "ring_s": [],
            "allreduce_s": [], "ring_first_s": [], "allreduce_first_s": []}

@@ -57,7 +57,7 @@ def test_devices_simulates_on_cpu(monkeypatch, capsys):
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, 2.0, "2", None, True])
 def test_devices_rejects_bad_counts(bad):
-    with pytest.raises(ValueError, match="whole number of devices n >= 1"):
+    with pytest.raises(ValueError, match=r"number of devices n must be a whole number >= 1"):
         dx.devices(bad)
 
 
@@ -92,3 +92,14 @@ def test_fit_to_memory_bad_arguments(kwargs):
     args = dict(n=10, bytes_per_item=4, budget=10 ** 6) | kwargs
     with pytest.raises(ValueError, match="fit_to_memory needs"):
         dx.fit_to_memory(**args)
+
+
+@pytest.mark.parametrize("value", [1, 7, np.int64(3)])
+def test_whole_number_accepts_counts(value):
+    assert dx.whole_number(value, "k") == int(value)
+
+
+@pytest.mark.parametrize("bad", [0, -2, 2.0, "3", None, True])
+def test_whole_number_names_what_was_wrong(bad):
+    with pytest.raises(ValueError, match="k must be a whole number >= 1"):
+        dx.whole_number(bad, "k")
