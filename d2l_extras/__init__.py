@@ -12,6 +12,11 @@ import importlib
 # One module per concept, and its public names.
 _EXPORTS = {
     "profiles": ["PROFILES", "by_profile", "profile"],
+    # problem sizes per experiment, device kind and free memory
+    "sizes": ["SIZES", "Experiment", "device_kind", "experiment", "operand_bytes",
+              "problem_size", "wanted_size"],
+    # figures a notebook measured, collected by `make report`
+    "report": ["read_records", "record"],
     "hardware": ["accelerators", "cpu_name", "default_device", "devices", "fit_to_memory",
                  "free_memory", "hardware_report", "square_side", "whole_number"],
     "timing": ["Benchmark", "Measurement", "format_seconds", "synchronize"],

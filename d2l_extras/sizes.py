@@ -1,0 +1,121 @@
+"""Size policy: each experiment's size from the profile, the kind of device, and its free memory.
+
+A size that shows the lesson on a CPU (seconds) hides it on a GPU (microseconds, or everything
+inside the 50 MB L2 cache of an H100), and a size that shows it on an H100 runs a 4 GB laptop GPU
+out of memory. So each experiment names what it wants per profile on a CPU and on a GPU, what one
+unit costs in memory, and how large its working set must be for the effect to show on a GPU;
+`problem_size` picks the wanted size and shrinks it to fit the device's free memory.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .hardware import fit_to_memory, square_side
+from .profiles import PROFILES, profile
+
+MB = 10 ** 6
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """One experiment's wanted sizes (ci, class, full) on a CPU and on a GPU, and its memory."""
+
+    what: str                       # what the size counts, shown in errors and reports
+    cpu: tuple[int, int, int]       # wanted size per profile on a CPU: ci, class, full
+    gpu: tuple[int, int, int]       # ... and on an accelerator (CUDA or MPS)
+    bytes_per_item: int = 4         # linear: bytes per unit; square: bytes per matrix element
+    count: int = 1                  # square only: n x n matrices alive at once
+    square: bool = False            # True: the size is the side of `count` square matrices
+    minimum: int = 1                # smallest size that still shows something
+    fraction: float = 0.25          # share of the free memory it may use
+    # On a GPU in the class and full profiles, the bytes of one operand must reach this for
+    # the effect to be visible (for example well beyond a 50 MB L2 cache). Tested at 16 and 80 GB.
+    lesson_bytes: int = 0
+
+
+# Notebook by notebook. Each notebook's owner tunes its own entries; tests/test_sizes.py checks
+# every entry against 4, 16 and 80 GB budgets.
+SIZES: dict[str, Experiment] = {
+    # 01: a chain of 12 elementwise ops on n floats; fused, it reads and writes memory once.
+    # On a GPU the operand must be far beyond the L2 cache (50 MB on an H100) for the
+    # "memory traffic" explanation to hold: 2**26 floats are 268 MB.
+    "fusion": Experiment(
+        what="elements of the fused elementwise chain", cpu=(1_000_000, 4_000_000, 16_000_000),
+        gpu=(2 ** 22, 2 ** 26, 2 ** 27), bytes_per_item=4 * 12, minimum=2 ** 16,
+        lesson_bytes=200 * MB),
+    # 02: square matrix products queued without a barrier; on a GPU each must run for
+    # milliseconds so that "returned" (microseconds) and "finished" differ by orders of magnitude.
+    "async_matmul": Experiment(
+        what="side of the matrices multiplied asynchronously", cpu=(256, 1024, 2048),
+        gpu=(1024, 8192, 16384), count=4, square=True, minimum=64, lesson_bytes=200 * MB),
+    # 03: two independent workloads of matrix products (on two devices or two streams).
+    "two_workloads": Experiment(
+        what="side of the matrices in each of two independent workloads", cpu=(768, 1024, 2000),
+        gpu=(1024, 4096, 8192), count=11, square=True, minimum=64, lesson_bytes=50 * MB),
+    # 03: products computed on the GPU and copied to pinned host memory while the next one runs;
+    # each copy must take long enough (milliseconds) to overlap with compute.
+    "overlap": Experiment(
+        what="side of the matrices computed and copied to the host", cpu=(256, 1024, 2048),
+        gpu=(512, 4096, 8192), count=41, square=True, minimum=64, lesson_bytes=50 * MB),
+    # 04: the roofline's matrix-matrix point needs k large enough to reach the compute roof.
+    "roofline_matmul": Experiment(
+        what="side of the roofline's matrix-matrix product", cpu=(256, 1024, 2048),
+        gpu=(1024, 8192, 16384), count=3, square=True, minimum=64, fraction=0.5,
+        lesson_bytes=200 * MB),
+}
+
+
+def device_kind(device: torch.device | str) -> str:
+    """Return 'gpu' for CUDA or MPS devices and 'cpu' otherwise (which sizes apply)."""
+    return "gpu" if torch.device(device).type in ("cuda", "mps") else "cpu"
+
+
+def wanted_size(name: str, device: torch.device | str = "cpu",
+                profile_name: str | None = None) -> int:
+    """Return the size experiment `name` wants on this kind of device, before fitting memory."""
+    exp = experiment(name)
+    prof = profile() if profile_name is None else profile_name
+    if prof not in PROFILES:
+        raise ValueError(f"unknown profile {prof!r}; use one of {', '.join(PROFILES)}")
+    sizes = exp.gpu if device_kind(device) == "gpu" else exp.cpu
+    return sizes[PROFILES.index(prof)]
+
+
+def experiment(name: str) -> Experiment:
+    """Return the registered experiment `name`, or a ValueError listing the known ones."""
+    if name not in SIZES:
+        raise ValueError(f"no size policy for {name!r}; known experiments: "
+                         f"{', '.join(sorted(SIZES))} (add one to d2l_extras/sizes.py)")
+    return SIZES[name]
+
+
+def problem_size(name: str, device: torch.device | str = "cpu", *, count: int | None = None,
+                 budget: int | None = None, profile_name: str | None = None) -> int:
+    """Size for experiment `name` on `device`: the profile's wanted size, shrunk to free memory.
+
+    `count` overrides how many square matrices are alive at once; `budget` (bytes) replaces the
+    device's free memory, so that the policy can be tested for any GPU on any machine.
+    """
+    exp = experiment(name)
+    wanted = wanted_size(name, device, profile_name)
+    if exp.square:
+        dtype = {1: torch.int8, 2: torch.float16, 4: torch.float32, 8: torch.float64}[
+            exp.bytes_per_item]
+        return square_side(wanted, count=exp.count if count is None else count, device=device,
+                           dtype=dtype, fraction=exp.fraction, minimum=exp.minimum, budget=budget)
+    if count is not None:
+        raise ValueError(f"count= applies to square experiments only, not {name!r}")
+    return fit_to_memory(wanted, exp.bytes_per_item, device, fraction=exp.fraction,
+                         minimum=exp.minimum, budget=budget)
+
+
+def operand_bytes(name: str, size: int) -> int:
+    """Bytes of one operand of experiment `name` at `size` (one vector or one n x n matrix)."""
+    exp = experiment(name)
+    if exp.square:
+        return size * size * exp.bytes_per_item
+    # A linear experiment's bytes_per_item covers all the tensors it keeps; one operand is a
+    # float32 vector of `size` elements.
+    return size * 4
