@@ -21,6 +21,7 @@ import os
 import statistics
 import sys
 import time
+from dataclasses import asdict, dataclass, field
 
 import torch
 import torch.distributed as dist
@@ -33,7 +34,9 @@ from torch.utils.data.distributed import DistributedSampler
 from .data import SOURCES, default_sizes, load_images
 from .distributed import free_port, init_worker, save_result
 from .models import init_weights, resnet18
+from .parallel import even_batch_size
 from .profiles import by_profile
+from .profiling import TimelineEvent, profile_trace, trace_events
 from .timing import Benchmark
 
 
@@ -114,6 +117,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="auto: Fashion-MNIST when cached or downloadable, else the digits")
     p.add_argument("--sync-bn", action="store_true",
                    help="BatchNorm statistics over the global batch, not each process's share")
+    p.add_argument("--bucket-mb", type=float, default=25.0,
+                   help="DDP's gradient bucket size in MB (25 is PyTorch's default; a bucket "
+                        "larger than the model means one allreduce, after the whole backward)")
+    p.add_argument("--sync-every-step", action="store_true",
+                   help="read the loss (loss.item()) after every step: a barrier that makes the "
+                        "host wait for the device, so no two steps overlap")
+    p.add_argument("--profile", action="store_true",
+                   help="rank 0 profiles one training step after training; result['timeline']")
+    p.add_argument("--check-no-sync", action="store_true",
+                   help="before training, check that no_sync() gradient accumulation over two "
+                        "micro-batches gives the gradient of one big batch")
     p.add_argument("--threads", type=int, default=0,
                    help="CPU threads per process (0: torch's default, OMP_NUM_THREADS)")
     p.add_argument("--seed", type=int, default=0)
@@ -126,7 +140,137 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name in ("epochs", "batch_size", "width", "n_train", "n_test"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.bucket_mb <= 0:
+        p.error(f"--bucket-mb must be > 0, got {args.bucket_mb}")
     return args
+
+
+@dataclass
+class RunPlan:
+    """How notebook 06 compares 1 process with k: the processes, batch and where they run."""
+
+    k: int                      # processes of the parallel run
+    batch_size: int             # global batch, a multiple of k
+    device: str                 # "cuda": one NCCL process per GPU; "cpu": gloo, 1 thread each
+    args: list[str] = field(default_factory=list)     # extra ddp arguments of both runs
+    env: dict[str, str] = field(default_factory=dict)  # environment of both runs
+    gpu_alone: bool = False     # exactly one GPU: also time one process on it
+
+    @property
+    def per_process(self) -> int:
+        """Examples per process and step in the k-process run."""
+        return self.batch_size // self.k
+
+
+def run_plan(n_gpus: int, batch_size: int) -> RunPlan:
+    """Plan 1 vs k processes for n_gpus GPUs: k = n_gpus (>= 2), else 2 CPU processes."""
+    if isinstance(n_gpus, bool) or not isinstance(n_gpus, int) or n_gpus < 0:
+        raise ValueError(f"n_gpus must be a whole number >= 0, got {n_gpus!r}")
+    if n_gpus >= 2:  # NCCL needs a GPU of its own for every process
+        k = n_gpus
+        return RunPlan(k, even_batch_size(batch_size, k), "cuda")
+    # No GPU per process: k = 2 CPU processes with one thread each (a core stands in for a
+    # device), even beside one GPU, whose single process is then timed apart.
+    return RunPlan(2, even_batch_size(batch_size, 2), "cpu", ["--threads", "1"],
+                   {"D2L_BACKEND": "gloo"}, gpu_alone=n_gpus == 1)
+
+
+def shard_loaders(train_set, test_set, batch_size: int, world: int, rank: int, seed: int = 0,
+                  pin_memory: bool = False) -> tuple[DataLoader, DistributedSampler, DataLoader]:
+    """This rank's training loader (and its sampler) and its share of the test set."""
+    if batch_size % world:
+        raise ValueError(f"--batch-size {batch_size} does not split evenly over {world} "
+                         f"processes; use a multiple of {world}, e.g. "
+                         f"{even_batch_size(batch_size, world)}")
+    if not 0 <= rank < world:
+        raise ValueError(f"rank must be in 0..{world - 1}, got {rank}")
+    # Each process sees a different 1/world of every epoch, reshuffled per epoch (set_epoch);
+    # the sampler repeats a few examples so that every rank gets ceil(N / world) of them.
+    sampler = DistributedSampler(train_set, world, rank, shuffle=True, seed=seed)
+    loader = DataLoader(train_set, batch_size // world, sampler=sampler, pin_memory=pin_memory)
+    # The test set is split without padding, so no image is counted twice.
+    test = DataLoader(Subset(test_set, range(rank, len(test_set), world)), batch_size // world)
+    return loader, sampler, test
+
+
+def no_sync_check(device: torch.device, micro_batch: int = 4, seed: int = 0) -> dict:
+    """Accumulate two micro-batches under no_sync(); compare with one big batch, no DDP."""
+    world, rank = dist.get_world_size(), dist.get_rank()
+    gen = torch.Generator().manual_seed(seed)  # every rank draws the same global batch
+    X = torch.randn(2 * micro_batch * world, 1, 28, 28, generator=gen)
+    y = torch.randint(0, 10, (len(X),), generator=gen)
+    torch.manual_seed(seed)
+    # No BatchNorm here: its statistics depend on how the batch is cut, gradients must not.
+    net = nn.Sequential(nn.Flatten(), nn.Linear(784, 32), nn.ReLU(), nn.Linear(32, 10)).to(device)
+    reference = [p.detach().clone() for p in net.parameters()]
+    ref_net = nn.Sequential(nn.Flatten(), nn.Linear(784, 32), nn.ReLU(), nn.Linear(32, 10))
+    with torch.no_grad():
+        for p, r in zip(ref_net.parameters(), reference):
+            p.copy_(r.cpu())
+    F.cross_entropy(ref_net(X), y).backward()  # the whole global batch in one process
+    model = DistributedDataParallel(net, device_ids=[device] if device.type == "cuda" else None)
+    mine = slice(rank * 2 * micro_batch, (rank + 1) * 2 * micro_batch)
+    X_r, y_r = X[mine].to(device), y[mine].to(device)
+    halves = (slice(0, micro_batch), slice(micro_batch, 2 * micro_batch))
+    with model.no_sync():  # backward only accumulates into .grad; no allreduce
+        (F.cross_entropy(model(X_r[halves[0]]), y_r[halves[0]]) / 2).backward()
+    local = torch.cat([p.grad.flatten() for p in model.parameters()])
+    gathered = [torch.empty_like(local) for _ in range(world)]
+    dist.all_gather(gathered, local)  # after no_sync, every rank holds a different gradient
+    differ = max((g - gathered[0]).abs().max().item() for g in gathered)
+    # The second micro-batch runs outside no_sync: its backward allreduces the accumulated sum.
+    (F.cross_entropy(model(X_r[halves[1]]), y_r[halves[1]]) / 2).backward()
+    error = max((p.grad.cpu() - r.grad).abs().max().item()
+                for p, r in zip(model.parameters(), ref_net.parameters()))
+    scale = max(r.grad.abs().max().item() for r in ref_net.parameters())
+    return {"max_error": error, "grad_scale": scale, "unsynced_difference": differ,
+            "micro_batch": micro_batch, "global_batch": len(X)}
+
+
+# What a profiled step's events are, for the timeline: kind by name on the main thread.
+def _kind(name: str, lane_has_gloo: bool) -> str:
+    if "all_reduce" in name or "allreduce" in name or "nccl" in name.lower():
+        return "allreduce"
+    if "broadcast" in name:
+        return "broadcast"
+    if "Backward" in name or "evaluate_function" in name or "backward" in name:
+        return "backward"
+    if "Optimizer" in name or "sgd" in name.lower():
+        return "optimizer"
+    return "communication" if lane_has_gloo else "forward"
+
+
+def comm_overlap(events) -> dict:
+    """From a step's timeline: when backward ended, and how much allreduce ran before that."""
+    def get(ev, key):
+        return ev[key] if isinstance(ev, dict) else getattr(ev, key)
+    backward = [ev for ev in events if get(ev, "kind") == "backward"]
+    reduces = [ev for ev in events if get(ev, "kind") == "allreduce"]
+    if not backward or not reduces:
+        raise ValueError(f"the timeline needs backward and allreduce events, got "
+                         f"{len(backward)} and {len(reduces)} (was it profiled with --profile "
+                         "in 2 or more processes?)")
+    end = max(get(ev, "start") + get(ev, "duration") for ev in backward)
+    total = sum(get(ev, "duration") for ev in reduces)
+    before = sum(max(0.0, min(get(ev, "start") + get(ev, "duration"), end) - get(ev, "start"))
+                 for ev in reduces)
+    return {"backward_end": end, "first_allreduce": min(get(ev, "start") for ev in reduces),
+            "allreduces": len(reduces), "allreduce_seconds": total, "overlapped_seconds": before}
+
+
+def step_timeline(step, device: torch.device) -> list[dict]:
+    """Profile one call of step(); return its events as dicts (lane, start, kind...) for JSON."""
+    events = trace_events(profile_trace(step, [device]))
+    gloo_lanes = {ev.lane for ev in events if ev.name.startswith(("gloo:", "nccl:"))}
+    out = []
+    for ev in events:
+        lane = ev.lane
+        if lane in gloo_lanes:
+            lane = lane.replace("CPU thread", "communication thread")
+        out.append(asdict(TimelineEvent(ev.name, lane, ev.start, ev.duration,
+                                        _kind(ev.name, ev.lane in gloo_lanes)
+                                        if ev.kind == "cpu op" else ev.kind)))
+    return out
 
 
 def _count_correct(net: nn.Module, loader: DataLoader, device: torch.device) -> torch.Tensor:
@@ -148,7 +292,12 @@ def train(args: argparse.Namespace) -> dict:
     rank, world, device = init_worker(args.timeout)
     if args.batch_size % world:
         raise ValueError(f"--batch-size {args.batch_size} does not split evenly over {world} "
-                         f"processes; use a multiple of {world}")
+                         f"processes; use a multiple of {world}, e.g. "
+                         f"{even_batch_size(args.batch_size, world)}")
+    # Which processes took part: their ids, gathered (a check that k processes really ran).
+    pids: list = [None] * world
+    dist.all_gather_object(pids, os.getpid())
+    no_sync = no_sync_check(device) if args.check_no_sync else None
     # Rank 0 looks for (and may download) the data first; the others then read the same set.
     choice = [None]
     if rank == 0:
@@ -164,16 +313,15 @@ def train(args: argparse.Namespace) -> dict:
     if args.sync_bn and world > 1:
         net = sync_batchnorm(net, device)
     # DDP copies rank 0's parameters and buffers to every process when it wraps the model,
-    # so all replicas start equal whatever their seeds; then it hooks allreduce into backward.
+    # so all replicas start equal whatever their seeds; then it hooks allreduce into backward:
+    # gradients are packed into buckets of bucket_cap_mb, and each bucket is allreduced as
+    # soon as backward has filled it. broadcast_buffers=True (the default) sends rank 0's
+    # buffers (BatchNorm's running statistics) to all processes at every forward pass.
     model = DistributedDataParallel(net.to(device),
-                                    device_ids=[device] if device.type == "cuda" else None)
-    # Each process sees a different 1/world of every epoch, reshuffled per epoch (set_epoch).
-    sampler = DistributedSampler(data.train, world, rank, shuffle=True, seed=args.seed)
-    loader = DataLoader(data.train, args.batch_size // world, sampler=sampler,
-                        pin_memory=device.type == "cuda")
-    # The test set is split without padding, so no image is counted twice.
-    test_loader = DataLoader(Subset(data.test, range(rank, len(data.test), world)),
-                             args.batch_size // world)
+                                    device_ids=[device] if device.type == "cuda" else None,
+                                    bucket_cap_mb=args.bucket_mb)
+    loader, sampler, test_loader = shard_loaders(data.train, data.test, args.batch_size,
+                                                 world, rank, args.seed, device.type == "cuda")
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
     if rank == 0:
         print(f"{world} process(es), backend {dist.get_backend()}, device {device.type}, "
@@ -181,7 +329,7 @@ def train(args: argparse.Namespace) -> dict:
               f"batch {args.batch_size} "
               f"({args.batch_size // world} per process), sync BN: {args.sync_bn}", flush=True)
     history: dict[str, list[float]] = {"epoch_seconds": [], "epoch_samples_per_s": [],
-                                       "train_loss": [], "test_acc": []}
+                                       "epoch_samples": [], "train_loss": [], "test_acc": []}
     steps, start = 0, time.perf_counter()
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)
@@ -193,6 +341,8 @@ def train(args: argparse.Namespace) -> dict:
                 loss = F.cross_entropy(model(X), y)
                 loss.backward()  # DDP averages the gradients over all processes here
                 optimizer.step()
+                if args.sync_every_step:
+                    loss.item()  # the host waits until the device has finished this step
                 stats += torch.stack([loss.detach().double() * len(y),
                                       torch.tensor(len(y), dtype=torch.float64, device=device)])
                 steps += 1
@@ -206,6 +356,7 @@ def train(args: argparse.Namespace) -> dict:
         dist.all_reduce(counts)
         history["epoch_seconds"].append(clock.elapsed)
         history["epoch_samples_per_s"].append(stats[1].item() / clock.elapsed)
+        history["epoch_samples"].append(int(stats[1].item()))  # over all processes
         history["train_loss"].append(stats[0].item() / stats[1].item())
         history["test_acc"].append(counts[0].item() / counts[1].item())
         if rank == 0:
@@ -219,7 +370,24 @@ def train(args: argparse.Namespace) -> dict:
     warm = history["epoch_samples_per_s"][1:] or history["epoch_samples_per_s"]
     with torch.no_grad():
         param_l2 = sum(p.double().pow(2).sum() for p in model.module.parameters()).sqrt().item()
-    return {"processes": world, "backend": dist.get_backend(), "device": device.type,
+    timeline = None
+    if args.profile:  # one more step, after training, profiled on rank 0 (all ranks take it)
+        X, y = next(iter(loader))
+        X, y = X.to(device), y.to(device)
+
+        def step() -> None:
+            optimizer.zero_grad(set_to_none=True)
+            F.cross_entropy(model(X), y).backward()
+            optimizer.step()
+        step()  # warm: the first step after an evaluation allocates again
+        if rank == 0:
+            timeline = step_timeline(step, device)
+        else:
+            step()
+    return {"processes": world, "pids": len(set(pids)), "no_sync": no_sync,
+            "timeline": timeline, "bucket_mb": args.bucket_mb,
+            "samples_seen": sum(history["epoch_samples"]),
+            "backend": dist.get_backend(), "device": device.type,
             "data": data.name, "n_train": len(data.train), "batch_size": args.batch_size,
             "lr": args.lr, "momentum": args.momentum, "width": args.width,
             "threads": torch.get_num_threads(), "sync_bn": args.sync_bn, "steps": steps,

@@ -5,13 +5,15 @@ as replicas on one device, and the arithmetic is the same as on k real ones.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
+from .hardware import whole_number
 from .models import lenet
 
 
@@ -75,10 +77,16 @@ def sgd(params: Iterable[torch.Tensor], lr: float, batch_size: int) -> None:
 
 def train_batch(X: torch.Tensor, y: torch.Tensor, device_params: Sequence[Sequence[torch.Tensor]],
                 devices: Sequence[torch.device | str], lr: float,
-                net: Callable[[torch.Tensor, Sequence[torch.Tensor]], torch.Tensor] = lenet
-                ) -> torch.Tensor:
-    """One data-parallel SGD step on the global batch (X, y); returns the summed loss."""
+                net: Callable[[torch.Tensor, Sequence[torch.Tensor]], torch.Tensor] = lenet,
+                allreduce: Callable[[list[torch.Tensor]], None] = allreduce) -> torch.Tensor:
+    """One data-parallel SGD step on the global batch (X, y); returns the summed loss.
+
+    `allreduce` sums a list of gradients (one per device) in place; pass your own to try it.
+    """
     devices = _check_devices(devices)
+    if not callable(allreduce):
+        raise TypeError(f"allreduce must be a function that sums a list of tensors in place, "
+                        f"got {type(allreduce).__name__}")
     if len(device_params) != len(devices):
         raise ValueError(f"need one parameter copy per device: {len(device_params)} copies "
                          f"for {len(devices)} devices")
@@ -96,6 +104,33 @@ def train_batch(X: torch.Tensor, y: torch.Tensor, device_params: Sequence[Sequen
     for params in device_params:
         sgd(params, lr, X.shape[0])  # divide by the global batch size: the mean over all shards
     return sum(loss.detach().to(devices[0]) for loss in losses)
+
+
+def even_batch_size(batch_size: int, k: int) -> int:
+    """Return the smallest multiple of k that is >= batch_size (k processes get equal shares)."""
+    batch_size, k = whole_number(batch_size, "batch_size"), whole_number(k, "k")
+    # DDP averages the processes' mean losses: that is the mean over the global batch only when
+    # every process holds the same number of examples.
+    return -(-batch_size // k) * k
+
+
+@contextlib.contextmanager
+def strict_float32() -> Iterator[None]:
+    """Within the block, GPUs compute float32 in full precision and cuDNN deterministically.
+
+    Ampere and later GPUs may run float32 convolutions (and matmuls, if allowed) in TF32, with a
+    10-bit mantissa, and cuDNN may pick a different algorithm for a batch of 12 than for 25:
+    then k devices and one device differ by far more than float32 rounding. The old settings
+    are restored on leaving, even after an error.
+    """
+    cuda, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    saved = (cuda.allow_tf32, cudnn.allow_tf32, cudnn.deterministic, cudnn.benchmark)
+    try:
+        cuda.allow_tf32, cudnn.allow_tf32 = False, False
+        cudnn.deterministic, cudnn.benchmark = True, False
+        yield
+    finally:
+        cuda.allow_tf32, cudnn.allow_tf32, cudnn.deterministic, cudnn.benchmark = saved
 
 
 def replicate(module: nn.Module, devices: Sequence[torch.device | str]) -> list[nn.Module]:

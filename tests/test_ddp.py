@@ -25,14 +25,90 @@ def test_help_shows_the_torchrun_commands():
 def test_bad_arguments_are_refused():
     with pytest.raises(SystemExit):
         ddp.parse_args(["--epochs", "0"])
+    with pytest.raises(SystemExit):
+        ddp.parse_args(["--bucket-mb", "0"])
+
+
+@pytest.mark.parametrize("n_gpus", range(0, 9))
+def test_run_plan_for_every_gpu_count(n_gpus):
+    for batch in (64, 128, 256):
+        plan = ddp.run_plan(n_gpus, batch)
+        assert plan.k == (n_gpus if n_gpus >= 2 else 2)
+        assert plan.batch_size % plan.k == 0 and batch <= plan.batch_size < batch + plan.k
+        assert plan.per_process * plan.k == plan.batch_size
+        assert plan.device == ("cuda" if n_gpus >= 2 else "cpu")
+        assert plan.gpu_alone == (n_gpus == 1)
+        assert ("--threads" in plan.args) == (n_gpus < 2)
+        ddp.parse_args(["--batch-size", str(plan.batch_size), *plan.args])  # a valid command
+
+
+def test_run_plan_rejects_bad_counts():
+    with pytest.raises(ValueError, match="n_gpus"):
+        ddp.run_plan(-1, 64)
+
+
+@pytest.mark.parametrize("world", range(1, 9))
+def test_shard_loaders_split_every_epoch_over_world_processes(world):
+    from torch.utils.data import TensorDataset
+
+    n_train, n_test = 103, 37  # divisible by no world > 1
+    train = TensorDataset(torch.arange(n_train))
+    test = TensorDataset(torch.arange(n_test))
+    batch = dx.even_batch_size(16, world)
+    seen, tested = [], []
+    for rank in range(world):
+        loader, sampler, test_loader = ddp.shard_loaders(train, test, batch, world, rank)
+        sampler.set_epoch(0)
+        batches = [b[0] for b in loader]
+        assert all(len(b) == batch // world for b in batches[:-1])
+        seen += torch.cat(batches).tolist()
+        tested += torch.cat([b[0] for b in test_loader]).tolist() if n_test >= world else []
+    assert set(seen) == set(range(n_train))  # every image, padded to a multiple of world
+    assert len(seen) == world * -(-n_train // world)
+    assert sorted(tested) == list(range(n_test))  # the test set exactly once
+
+
+def test_shard_loaders_rejects_uneven_batches():
+    from torch.utils.data import TensorDataset
+
+    data = TensorDataset(torch.arange(10))
+    with pytest.raises(ValueError, match="use a multiple of 3, e.g. 66"):
+        ddp.shard_loaders(data, data, 64, 3, 0)
+    with pytest.raises(ValueError, match="rank"):
+        ddp.shard_loaders(data, data, 64, 2, 2)
+
+
+def test_comm_overlap_reads_a_timeline():
+    ev = lambda kind, start, dur: {"name": kind, "lane": "x", "start": start, "duration": dur,
+                                   "kind": kind}
+    timeline = [ev("forward", 0.0, 1.0), ev("backward", 1.0, 2.0), ev("allreduce", 2.0, 0.5),
+                ev("allreduce", 2.8, 0.4)]
+    out = ddp.comm_overlap(timeline)
+    assert out["backward_end"] == 3.0 and out["first_allreduce"] == 2.0
+    assert out["allreduces"] == 2
+    assert out["overlapped_seconds"] == pytest.approx(0.7)  # 0.5 + 0.2 of the second
+    assert out["allreduce_seconds"] == pytest.approx(0.9)
+    with pytest.raises(ValueError, match="backward and allreduce"):
+        ddp.comm_overlap(timeline[:2])
 
 
 def test_two_gloo_processes_train_above_chance(monkeypatch):
     monkeypatch.setenv("D2L_PROFILE", "ci")
-    run = dx.launch("d2l_extras.ddp", 2, ["--epochs", "2", "--threads", "1"], timeout=240,
-                    echo=False, env=GLOO)
+    run = dx.launch("d2l_extras.ddp", 2, ["--epochs", "2", "--threads", "1", "--profile",
+                                          "--check-no-sync", "--bucket-mb", "1"],
+                    timeout=240, echo=False, env=GLOO)
     res = run.result
-    assert res["processes"] == 2 and res["backend"] == "gloo"
+    assert res["processes"] == 2 and res["pids"] == 2 and res["backend"] == "gloo"
+    # each epoch, the two processes together see every image once (the sampler pads to 2 x 512)
+    assert res["samples_seen"] == 2 * 2 * -(-res["n_train"] // 2)
+    # no_sync: unsynced gradients differ between ranks; accumulated ones equal the big batch's
+    assert res["no_sync"]["unsynced_difference"] > 1e-3
+    assert res["no_sync"]["max_error"] < 1e-5 * max(1.0, res["no_sync"]["grad_scale"])
+    timeline = res["timeline"]
+    kinds = {ev["kind"] for ev in timeline}
+    assert {"forward", "backward", "allreduce"} <= kinds, kinds
+    overlap = ddp.comm_overlap(timeline)
+    assert overlap["allreduces"] >= 2  # 1 MB buckets: several allreduces per step
     assert res["accuracy"] > 0.2, run.output[-5:]  # chance is 0.1 with 10 classes
     assert res["samples_per_s"] > 0 and len(res["test_acc"]) == 2
     assert any(line.startswith("epoch 2/2") for line in run.output)  # rank 0's progress

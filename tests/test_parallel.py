@@ -71,19 +71,73 @@ def _batch(n=24, seed=0):
     return torch.rand(n, 1, 28, 28, generator=gen), torch.randint(0, 10, (n,), generator=gen)
 
 
-@pytest.mark.parametrize("k", [2, 3])
-@pytest.mark.parametrize("n", [24, 25])  # 25 does not split evenly over 2 or 3 devices
+@pytest.mark.parametrize("k", range(1, 9))  # every GPU count of a one-machine server
+@pytest.mark.parametrize("n", [24, 25])  # 25 splits evenly over no k > 1 but 5
 def test_k_device_step_equals_one_device_step(k, n):
     X, y = _batch(n)
     params = dx.lenet_params()
-    one = [dx.get_params(params, CPU)]
-    dx.train_batch(X, y, one, [CPU], lr=0.5)
-    many = [dx.get_params(params, CPU) for _ in range(k)]
-    dx.train_batch(X, y, many, [CPU] * k, lr=0.5)
+    with dx.strict_float32():
+        one = [dx.get_params(params, CPU)]
+        dx.train_batch(X, y, one, [CPU], lr=0.5)
+        many = [dx.get_params(params, CPU) for _ in range(k)]
+        dx.train_batch(X, y, many, [CPU] * k, lr=0.5)
     for copy in many:  # every replica holds the one-device result
         for p_k, p_1 in zip(copy, one[0]):
             torch.testing.assert_close(p_k, p_1)
     assert not torch.equal(one[0][0], params[0])  # the step did change something
+
+
+def test_train_batch_uses_the_allreduce_it_is_given():
+    X, y = _batch(12)
+    params = dx.lenet_params()
+    calls = []
+
+    def counting(data):  # the reference allreduce, counted
+        calls.append(len(data))
+        dx.allreduce(data)
+
+    ref = [dx.get_params(params, CPU) for _ in range(3)]
+    dx.train_batch(X, y, ref, [CPU] * 3, lr=0.5)
+    mine = [dx.get_params(params, CPU) for _ in range(3)]
+    dx.train_batch(X, y, mine, [CPU] * 3, lr=0.5, allreduce=counting)
+    assert calls == [3] * len(params)  # once per parameter, with one tensor per device
+    for p, q in zip(mine[0], ref[0]):
+        torch.testing.assert_close(p, q)
+    # An allreduce that does nothing leaves each copy with its own shard's gradient.
+    lazy = [dx.get_params(params, CPU) for _ in range(3)]
+    dx.train_batch(X, y, lazy, [CPU] * 3, lr=0.5, allreduce=lambda data: None)
+    assert not torch.allclose(lazy[0][0], lazy[1][0])
+    with pytest.raises(TypeError, match="allreduce must be a function"):
+        dx.train_batch(X, y, lazy, [CPU] * 3, lr=0.5, allreduce="ring")
+
+
+@pytest.mark.parametrize("k", range(1, 9))
+def test_even_batch_size(k):
+    for batch in (1, 64, 128, 256):
+        even = dx.even_batch_size(batch, k)
+        assert even % k == 0 and batch <= even < batch + k
+
+
+def test_even_batch_size_rejects_bad_input():
+    with pytest.raises(ValueError, match="k must be a whole number"):
+        dx.even_batch_size(64, 0)
+    with pytest.raises(ValueError, match="batch_size must be a whole number"):
+        dx.even_batch_size(6.5, 2)
+
+
+def test_strict_float32_restores_the_settings():
+    cuda, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    before = (cuda.allow_tf32, cudnn.allow_tf32, cudnn.deterministic, cudnn.benchmark)
+    cudnn.benchmark = True
+    try:
+        with pytest.raises(RuntimeError, match="inside"):
+            with dx.strict_float32():
+                assert not cuda.allow_tf32 and not cudnn.allow_tf32
+                assert cudnn.deterministic and not cudnn.benchmark
+                raise RuntimeError("inside")
+        assert cudnn.benchmark  # restored, even after an error
+    finally:
+        cuda.allow_tf32, cudnn.allow_tf32, cudnn.deterministic, cudnn.benchmark = before
 
 
 def test_train_batch_rejects_missing_copies():
