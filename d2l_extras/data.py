@@ -11,13 +11,14 @@ import importlib.util
 import os
 import pathlib
 import socket
+import tempfile
 import threading
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch.nn import functional as F
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, Subset, TensorDataset
 
 from .hardware import whole_number
 from .profiles import by_profile
@@ -230,3 +231,50 @@ def load_data(batch_size: int, n_train: int | None = None, n_test: int | None = 
               source: str = "auto", seed: int = 0) -> tuple[DataLoader, DataLoader]:
     """Return (train, test) DataLoaders of 28x28 images, like d2l.load_data_fashion_mnist."""
     return load_images(n_train, n_test, source).loaders(batch_size, seed=seed)
+
+
+def book_fashion_mnist(batch_size: int, n_train: int | None = None, n_test: int | None = None,
+                       root: str | os.PathLike | None = None
+                       ) -> tuple[DataLoader, DataLoader] | None:
+    """The book's d2l.load_data_fashion_mnist on the cached files; None when they are not there.
+
+    The book's loader reads (and downloads into) "../data", relative to where Python runs: in a
+    notebook that is inside the repository. Here it runs in a temporary folder whose "../data"
+    links to the cache, so it reads the files load_images found and writes nothing. The
+    profile's subset sizes apply, as for load_images.
+    """
+    whole_number(batch_size, "batch_size")
+    default_train, default_test = default_sizes()
+    n_train = whole_number(n_train or default_train, "n_train")
+    n_test = whole_number(n_test or default_test, "n_test")
+    root = pathlib.Path(root) if root is not None else data_dir()
+    folder = _fashion_folder(root)
+    # torchvision wants the unpacked files; without them it would try to download.
+    if not all((folder / name).exists() for names in FASHION_FILES.values() for name in names):
+        return None
+    from d2l import torch as d2l  # imported only here: it takes seconds to import
+
+    previous = os.getcwd()
+    with tempfile.TemporaryDirectory(prefix="d2l-book-data-") as tmp:
+        try:
+            os.symlink(root.resolve(), pathlib.Path(tmp, "data"), target_is_directory=True)
+        except OSError:  # e.g. Windows without the right to make links: use our own loader
+            return None
+        work = pathlib.Path(tmp, "work")
+        work.mkdir()
+        os.chdir(work)
+        try:  # torchvision reads the whole set into memory here; the folder may then go
+            train_iter, test_iter = d2l.load_data_fashion_mnist(batch_size)
+        finally:
+            os.chdir(previous)
+
+    def cut(loader: DataLoader, n: int, shuffle: bool) -> DataLoader:
+        dataset = loader.dataset
+        if n < len(dataset):
+            keep = np.random.default_rng(1).permutation(len(dataset))[:n].tolist()
+            dataset = Subset(dataset, keep)
+        # The book starts 4 loader processes; more than there are cores only slows it down.
+        return DataLoader(dataset, batch_size, shuffle=shuffle,
+                          num_workers=min(loader.num_workers, os.cpu_count() or 1))
+
+    return cut(train_iter, n_train, True), cut(test_iter, n_test, False)

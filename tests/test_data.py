@@ -121,3 +121,30 @@ def test_loaders(tmp_path):
     assert sum(len(y) for _, y in test) == 32
     with pytest.raises(ValueError, match="batch_size"):
         data.loaders(0)
+
+
+def test_book_loader_reads_the_cache_and_writes_nothing_here(tmp_path, monkeypatch):
+    import os
+
+    cache = tmp_path / "cache"
+    arrays = fake_fashion(cache, n_train=12, n_test=6)
+    work = tmp_path / "repo" / "notebooks"
+    work.mkdir(parents=True)
+    monkeypatch.chdir(work)
+    loaders = dx.book_fashion_mnist(4, n_train=8, n_test=6, root=cache)
+    assert loaders is not None
+    train_iter, test_iter = loaders
+    assert len(train_iter.dataset) == 8 and len(test_iter.dataset) == 6  # the subset sizes
+    X, y = next(iter(test_iter))
+    assert X.shape == (4, 1, 28, 28) and X.dtype == torch.float32 and y.dtype == torch.int64
+    np.testing.assert_array_equal(y.numpy(), arrays["test"][1][:4])  # the test set, in order
+    assert os.getcwd() == str(work)  # back where it started
+    assert not any((tmp_path / "repo").rglob("*.*")) and not (tmp_path / "repo" / "data").exists()
+
+
+def test_book_loader_without_unpacked_files_returns_none(tmp_path):
+    assert dx.book_fashion_mnist(4, root=tmp_path) is None
+    fake_fashion(tmp_path / "gz", compress=True)  # torchvision would try to download these
+    assert dx.book_fashion_mnist(4, root=tmp_path / "gz") is None
+    with pytest.raises(ValueError, match="batch_size"):
+        dx.book_fashion_mnist(0, root=tmp_path)
