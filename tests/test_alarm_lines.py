@@ -1,0 +1,91 @@
+"""Alarm lines (tools/alarms.py) are found in cell outputs, and nbval fails the cell that prints one."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from tools.alarms import ALARM_PATTERNS, alarm_lines, explain
+from tools.nbval_alarms import kernel_env
+
+ROOT = Path(__file__).parents[1]
+
+# Lines as they were printed on this project's CPU machine (torch 2.14.1, CUDA build).
+SEEN = {
+    "profiler-gpu-count": "ERROR:2026-11-22 05:41:18 10573:10573 DeviceProperties.cpp:56] "
+                          "gpuGetDeviceCount failed with code 35",
+    "profiler-usdt": "USDT:2026-11-22 05:41:18 10573:10573 SyncActivityProfilerHandler.cpp:39] "
+                     "profiler_start",
+    "cuda-home": "No CUDA runtime is found, using CUDA_HOME='/usr/local/cuda'",
+    "error-line": "ERROR:root:something went wrong",
+}
+
+
+def stream(text, name="stderr"):
+    return {"output_type": "stream", "name": name, "text": text}
+
+
+def test_every_pattern_has_a_seen_example_and_a_reason():
+    assert {name for name, _, _ in ALARM_PATTERNS} == set(SEEN)
+    assert all(reason for _, _, reason in ALARM_PATTERNS)
+
+
+@pytest.mark.parametrize("name", sorted(SEEN))
+def test_each_seen_line_is_found_under_its_own_name(name):
+    outputs = [stream("first line\n" + SEEN[name] + "\nlast line\n")]
+    assert alarm_lines(outputs) == [(name, SEEN[name])]
+
+
+def test_stdout_stderr_and_displayed_text_are_all_scanned():
+    outputs = [stream(SEEN["profiler-usdt"] + "\n", "stdout"),
+               {"output_type": "display_data", "data": {"text/plain": SEEN["cuda-home"]}},
+               stream([SEEN["profiler-gpu-count"], "\n"])]  # stored notebooks split text in lists
+    assert [n for n, _ in alarm_lines(outputs)] == ["profiler-usdt", "cuda-home",
+                                                    "profiler-gpu-count"]
+
+
+@pytest.mark.parametrize("text", [
+    "compiled 2.3x faster than eager",
+    "E1122 05:40:00.123 140 api.py:869] failed (exitcode: 1)",  # torchrun, shown on purpose
+    "[rank1]: ValueError: failed on purpose",
+    "no ERROR here, and CUDA_HOME is only a word",
+    "",
+])
+def test_ordinary_output_is_not_an_alarm(text):
+    assert alarm_lines([stream(text), {"output_type": "display_data", "data": {"image/png": "x"}}]) \
+        == []
+
+
+def test_explain_gives_each_line_its_reason():
+    message = explain(alarm_lines([stream(SEEN["cuda-home"])]))
+    assert SEEN["cuda-home"] in message and "cpp_extension" in message
+
+
+def test_the_kernel_is_started_without_pytests_marker():
+    env = kernel_env({"PATH": "/bin", "PYTEST_CURRENT_TEST": "x.ipynb::Cell 0 (call)"})
+    assert env == {"PATH": "/bin"}
+
+
+def test_nbval_fails_exactly_the_cells_that_print_alarm_lines(tmp_path):
+    # A real kernel under nbval, as in `make test`: a Python print to stderr, a C-level write
+    # to file descriptor 2 (how the profiler prints), and clean cells around them.
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("print('fine')"),
+                nbformat.v4.new_code_cell(f"import sys; print({SEEN['cuda-home']!r}, file=sys.stderr)"),
+                nbformat.v4.new_code_cell("import os, time\n"
+                                          f"os.write(2, {(SEEN['profiler-usdt'] + chr(10)).encode()!r})\n"
+                                          "time.sleep(0.2); print('after')"),
+                nbformat.v4.new_code_cell("print('clean again')")]
+    nbformat.write(nb, tmp_path / "alarms.ipynb")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    run = subprocess.run([sys.executable, "-m", "pytest", "alarms.ipynb", "--nbval-lax",
+                          "--nbval-current-env", "-p", "tools.nbval_alarms", "-p",
+                          "no:cacheprovider", "-q", "-rf", "--rootdir", str(tmp_path)],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    out = run.stdout + run.stderr
+    assert run.returncode == 1, out
+    assert "2 failed, 2 passed" in out, out
+    assert "alarms.ipynb::Cell 1" in out and "alarms.ipynb::Cell 2" in out, out
+    assert "profiler_start" in out and "CUDA_HOME" in out, out

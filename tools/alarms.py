@@ -1,0 +1,71 @@
+"""Alarm lines: text in a notebook's output that looks like a failure to a student but is not one.
+
+A notebook that runs correctly on a CPU must not print them: each one sends a student hunting for
+a problem that does not exist (or hides a real one among false ones). The root conftest.py fails
+the nbval cell that prints one, and tools/report.py lists them for every executed notebook.
+"""
+from __future__ import annotations
+
+import re
+from typing import Iterable, Mapping
+
+# One entry per known alarm line: (name, pattern, why it appears). Patterns match one line.
+ALARM_PATTERNS: list[tuple[str, re.Pattern, str]] = [
+    # torch.profiler with CUPTI (the CUDA build of torch) on a machine without a GPU:
+    # "ERROR:2026-11-22 05:41:18 10573:10573 DeviceProperties.cpp:56] gpuGetDeviceCount failed
+    # with code 35" (seen in notebook 02 with torch 2.14.1 on this project's CPU machine).
+    ("profiler-gpu-count", re.compile(r"^ERROR:.*gpuGetDeviceCount failed"),
+     "torch.profiler (CUDA build) asked CUPTI for GPUs on a machine without one: do not "
+     "request CUDA profiling, or Kineto's set-up, when no CUDA device is visible"),
+    # Any other line in Kineto's (and Python logging's default) error format, "ERROR:...".
+    # Not glog's "E1122 05:40:00 ..." lines: torchrun prints those when a worker fails, which
+    # notebooks 06 and 07 show on purpose.
+    ("error-line", re.compile(r"^ERROR:"),
+     "a library logged an error line; either something is wrong, or the call that logs it "
+     "should not be made on this hardware"),
+    # Kineto's user-space tracepoint notices when a profiler session starts and stops:
+    # "USDT:2026-11-22 05:41:18 10573:10573 SyncActivityProfilerHandler.cpp:39] profiler_start"
+    # (the CUDA build of torch prints them on a CPU too).
+    ("profiler-usdt", re.compile(r"^USDT:"),
+     "Kineto's tracepoint notice at a profiler session's start and stop (CUDA build of torch)"),
+    # torch.utils.cpp_extension at the first torch.compile on a CPU with the CUDA build of torch:
+    # "No CUDA runtime is found, using CUDA_HOME='/usr/local/cuda'".
+    ("cuda-home", re.compile(r"No CUDA runtime is found, using CUDA_HOME"),
+     "torch.utils.cpp_extension looked for a CUDA toolkit on a machine without a GPU; import it "
+     "quietly (or skip it) when no CUDA device is visible"),
+]
+
+
+def output_texts(outputs: Iterable[Mapping]) -> list[str]:
+    """Return the text a student sees in a cell's outputs: streams (stdout and stderr) and text/plain."""
+    texts = []
+    for out in outputs:
+        kind = out.get("output_type")
+        if kind == "stream":
+            text = out.get("text", "")
+        elif kind in ("display_data", "execute_result"):
+            text = out.get("data", {}).get("text/plain", "")
+        elif kind == "error":
+            text = "\n".join(out.get("traceback", []))
+        else:
+            continue
+        texts.append("".join(text) if isinstance(text, list) else str(text))
+    return texts
+
+
+def alarm_lines(outputs: Iterable[Mapping]) -> list[tuple[str, str]]:
+    """Return (pattern name, line) for every alarm line in a cell's outputs, in order."""
+    found = []
+    for text in output_texts(outputs):
+        for line in text.splitlines():
+            for name, pattern, _ in ALARM_PATTERNS:
+                if pattern.search(line.strip()):
+                    found.append((name, line.strip()))
+                    break  # one name per line: the first (most specific) pattern wins
+    return found
+
+
+def explain(found: list[tuple[str, str]]) -> str:
+    """Return a readable message: each alarm line with why it appears and what to do."""
+    why = {name: reason for name, _, reason in ALARM_PATTERNS}
+    return "\n".join(f"  {line}\n    ({name}: {why[name]})" for name, line in found)
