@@ -40,7 +40,26 @@ def bar_chart(values: Mapping[str, float] | Sequence[Measurement], ylabel: str =
 
 
 # Timeline colours by kind of work; names not listed get the next colour of the cycle.
-TIMELINE_COLORS = {"cpu op": "C0", "kernel": "C1", "copy": "C2"}
+# "launch" and "wait" are a CPU thread's calls into CUDA: queueing work, waiting at a barrier.
+TIMELINE_COLORS = {"cpu op": "C0", "kernel": "C1", "copy": "C2", "launch": "C4", "wait": "C7"}
+
+
+def _lane_order(lane: str, first: float) -> tuple:
+    # CPU threads on top, then each device's streams together (cuda:2 before cuda:10), each
+    # group in order of first activity.
+    if lane.startswith("CPU"):
+        return (0, 0, "", first)
+    device = lane.split(" stream")[0]
+    kind, _, index = device.partition(":")
+    return (1, int(index) if index.isdigit() else -1, kind, first)
+
+
+def _short_label(name: str) -> str:
+    # "autograd::engine::evaluate_function: MmBackward0" -> "MmBackward0";
+    # "Memcpy DtoH (Device -> Pinned)" -> "Memcpy DtoH"
+    if name.startswith(("Memcpy ", "Memset ")):
+        name = name.split(" (")[0]
+    return name.rsplit(": ", 1)[-1].removeprefix("aten::")[:18]
 
 
 def plot_timeline(events: Sequence, ax: plt.Axes | None = None, title: str | None = None,
@@ -52,11 +71,11 @@ def plot_timeline(events: Sequence, ax: plt.Axes | None = None, title: str | Non
     events = list(events)
     if not events:
         raise ValueError("plot_timeline() needs at least one event (did the profiler record any?)")
-    if lanes is None:  # CPU threads on top, then device streams, in order of first activity
+    if lanes is None:  # CPU threads on top, then each device's streams
         firsts: dict[str, float] = {}
         for ev in events:
             firsts[ev.lane] = min(firsts.get(ev.lane, ev.start), ev.start)
-        lanes = sorted(firsts, key=lambda ln: (not ln.startswith("CPU"), firsts[ln]))
+        lanes = sorted(firsts, key=lambda ln: _lane_order(ln, firsts[ln]))
     lanes = list(lanes)
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 0.6 + 0.55 * len(lanes)))
@@ -74,9 +93,8 @@ def plot_timeline(events: Sequence, ax: plt.Axes | None = None, title: str | Non
         ax.broken_barh([(x, w)], (row - 0.35, 0.7), facecolors=color, edgecolors="white",
                        linewidth=0.3, label=key)
         if labels and ev.duration > 0.08 * span:
-            # "autograd::engine::evaluate_function: MmBackward0" -> "MmBackward0"
-            short = ev.name.rsplit(": ", 1)[-1].removeprefix("aten::")[:18]
-            ax.text(x + w / 2, row, short, ha="center", va="center", fontsize=7, clip_on=True)
+            ax.text(x + w / 2, row, _short_label(ev.name), ha="center", va="center", fontsize=7,
+                    clip_on=True)
     ax.set_yticks(range(len(lanes)), lanes[::-1])
     ax.set_xlabel(f"time ({unit})")
     handles, names = ax.get_legend_handles_labels()

@@ -16,7 +16,15 @@ from .timing import synchronize
 
 # Chrome-trace categories that torch.profiler (Kineto) writes, grouped by what they show.
 CPU_CATEGORIES = {"cpu_op", "user_annotation"}
+# Calls from a CPU thread into the CUDA runtime or driver (cudaLaunchKernel, cudaMemcpyAsync,
+# cudaDeviceSynchronize): drawn on the thread that made them.
+RUNTIME_CATEGORIES = {"cuda_runtime", "cuda_driver"}
 DEVICE_CATEGORIES = {"kernel": "kernel", "gpu_memset": "kernel", "gpu_memcpy": "copy"}
+# Kineto prints its own log lines (for example "USDT: ... profiler_start", and on a CUDA build
+# without a GPU "ERROR: ... gpuGetDeviceCount failed with code 35") straight to the process's
+# stderr, which Jupyter shows under the cell. Levels at or above this one are printed; this
+# value is above every level Kineto has used (torch 2.6 to 2.14), so nothing is printed.
+QUIET_KINETO_LOG_LEVEL = "6"
 
 
 @dataclass(frozen=True)
@@ -27,7 +35,7 @@ class TimelineEvent:
     lane: str      # "CPU thread 0" or "cuda:0 stream 7"
     start: float   # seconds since the first recorded event
     duration: float
-    kind: str      # "cpu op", "kernel" or "copy"
+    kind: str      # "cpu op", "launch" or "wait" (CPU calls into CUDA), "kernel" or "copy"
 
     @property
     def end(self) -> float:
@@ -35,22 +43,33 @@ class TimelineEvent:
         return self.start + self.duration
 
 
-def _profiled_device(devices: list[torch.device]) -> str | None:
+def _profiler_options(devices: list[torch.device]) -> dict:
     # Kineto records CUDA kernels and copies; for MPS (and the CPU) it sees the CPU side only.
-    return "cuda" if any(d.type == "cuda" for d in devices) and torch.cuda.is_available() else None
+    # CUDA activity is asked for only where CUDA really runs: on a CUDA build without a GPU
+    # torch would warn "CUDA is not available, disabling CUDA profiling".
+    cuda = any(d.type == "cuda" for d in devices) and torch.cuda.is_available()
+    # use_kineto=True: without it use_device="cuda" selects KINETO_GPU_FALLBACK, which records
+    # CPU activity only, so no kernel or copy would reach the trace (torch.profiler.profile
+    # passes the same flag, but importing its wrapper costs seconds: it loads torch._inductor).
+    return {"use_device": "cuda" if cuda else None, "use_kineto": True}
 
 
 def profile_trace(fn: Callable[[], object], devices: Iterable[torch.device | str] | None = None,
                   trace_path: str | os.PathLike | None = None) -> dict:
-    """Profile one call of fn on devices (default: every accelerator); return the Chrome trace."""
+    """Profile one call of fn on devices (default: every accelerator); return the Chrome trace.
+
+    On CUDA devices the trace holds the kernels and copies of every stream. Kineto's own log
+    lines are silenced unless KINETO_LOG_LEVEL is set (0 shows them all; it is read once, when
+    the process profiles for the first time).
+    """
     if not callable(fn):
         raise TypeError(f"profile_trace() needs a function to call, got {type(fn).__name__}")
     devices = accelerators() if devices is None else [torch.device(d) for d in devices]
+    os.environ.setdefault("KINETO_LOG_LEVEL", QUIET_KINETO_LOG_LEVEL)
     # Work queued before the profile would show up as unexplained device time.
     synchronize(devices)
-    # torch.autograd.profiler is the Kineto profiler that torch.profiler.profile wraps; used
-    # directly it skips the wrapper's import of torch._inductor (seconds on a small machine).
-    with torch.autograd.profiler.profile(use_device=_profiled_device(devices)) as prof:
+    # torch.autograd.profiler is the Kineto profiler that torch.profiler.profile wraps.
+    with torch.autograd.profiler.profile(**_profiler_options(devices)) as prof:
         fn()
         synchronize(devices)  # so every kernel fn queued ends inside the trace
     with tempfile.TemporaryDirectory() as tmp:
@@ -86,6 +105,11 @@ def trace_events(trace: dict | str | os.PathLike, top_level: bool = True) -> lis
         cat = ev.get("cat", "")
         if cat in CPU_CATEGORIES:
             raw.append((ev["name"], ("cpu", ev.get("tid")), ev["ts"], ev.get("dur", 0), "cpu op"))
+        elif cat in RUNTIME_CATEGORIES:
+            # cudaDeviceSynchronize, cudaStreamSynchronize, cudaEventSynchronize: the thread
+            # waits for the device; anything else (launches, async copies) returns at once.
+            kind = "wait" if "Synchronize" in ev["name"] else "launch"
+            raw.append((ev["name"], ("cpu", ev.get("tid")), ev["ts"], ev.get("dur", 0), kind))
         elif cat in DEVICE_CATEGORIES:
             args = ev.get("args", {})
             key = ("cuda", args.get("device", ev.get("pid")), args.get("stream", ev.get("tid")))
@@ -114,17 +138,34 @@ def record_timeline(fn: Callable[[], object], devices: Iterable[torch.device | s
     return trace_events(profile_trace(fn, devices, trace_path))
 
 
+def _union(spans: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    # Merge overlapping (start, end) spans into disjoint ones, in order.
+    merged: list[tuple[float, float]] = []
+    for s, e in sorted(spans):
+        if merged and s <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], e))
+        else:
+            merged.append((s, e))
+    return merged
+
+
 def busy_time(events: Iterable[TimelineEvent]) -> dict[str, float]:
     """Seconds each lane was busy (overlapping events on one lane are counted once)."""
     spans: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for ev in events:
         spans[ev.lane].append((ev.start, ev.end))
-    busy = {}
-    for lane, items in spans.items():
-        total, end = 0.0, float("-inf")
-        for s, e in sorted(items):
-            if e > end:
-                total += e - max(s, end)
-                end = e
-        busy[lane] = total
-    return busy
+    return {lane: sum(e - s for s, e in _union(items)) for lane, items in spans.items()}
+
+
+def overlap_time(first: Iterable[TimelineEvent], second: Iterable[TimelineEvent]) -> float:
+    """Seconds during which some event of `first` and some event of `second` both ran."""
+    a = _union((ev.start, ev.end) for ev in first)
+    b = _union((ev.start, ev.end) for ev in second)
+    total, i, j = 0.0, 0, 0
+    while i < len(a) and j < len(b):  # walk both sorted lists of disjoint spans
+        total += max(0.0, min(a[i][1], b[j][1]) - max(a[i][0], b[j][0]))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total

@@ -1,47 +1,91 @@
 """Tests of d2l_extras.profiling: profiler traces turned into per-lane timeline events."""
 import json
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import warnings
 
 import pytest
 import torch
+from torch.autograd.profiler import ProfilerState
+from torch.profiler import ProfilerActivity
 
 import d2l_extras as dx
+from d2l_extras import profiling
 
-# A hand-written Kineto trace of one GPU step: a CPU op that launches a kernel, then a copy on a
-# second stream. The notebooks only record such traces on a GPU; here it tests the parser.
-GPU_TRACE = {"traceEvents": [
-    {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "python"}},
-    {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1000, "dur": 50},
-    {"ph": "X", "cat": "cpu_op", "name": "aten::resolve_conj", "pid": 1, "tid": 1, "ts": 1010,
-     "dur": 5},  # nested in aten::mm
-    {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
-     "ts": 1020, "dur": 10},
-    {"ph": "X", "cat": "kernel", "name": "sgemm", "pid": 0, "tid": 7, "ts": 1040, "dur": 400,
-     "args": {"device": 0, "stream": 7}},
-    {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> Pinned)", "pid": 0,
-     "tid": 13, "ts": 1440, "dur": 100, "args": {"device": 0, "stream": 13}},
-    {"ph": "X", "cat": "Trace", "name": "PyTorch Profiler", "pid": "Spans", "tid": 0, "ts": 900,
-     "dur": 1000},
-]}
+GPU_TRACE_PATH = pathlib.Path(__file__).parent / "data" / "kineto_gpu_trace.json"
+# A hand-written trace in the format torch 2.x's Kineto writes on a GPU machine (notebook 03's
+# compute-and-copy on cuda:0 plus one product on cuda:1); the notebooks record such traces only
+# on a GPU, so the parser is tested on this one. Times below are in microseconds.
+GPU_TRACE = json.loads(GPU_TRACE_PATH.read_text())
+US = 1e-6
+REAL_PROFILE = torch.autograd.profiler.profile
 
 
-def test_trace_events_gpu_lanes_and_top_level():
+def test_trace_events_gpu_lanes_and_kinds():
     events = dx.trace_events(GPU_TRACE)
     lanes = {e.lane for e in events}
-    assert lanes == {"CPU thread 0", "cuda:0 stream 7", "cuda:0 stream 13"}
-    cpu = [e for e in events if e.lane == "CPU thread 0"]
-    assert [e.name for e in cpu] == ["aten::mm"]  # the nested op is folded into its parent
-    kernel = next(e for e in events if e.kind == "kernel")
-    assert kernel.start == pytest.approx(40e-6) and kernel.duration == pytest.approx(400e-6)
-    copy = next(e for e in events if e.kind == "copy")
-    assert copy.end == pytest.approx(540e-6)
+    assert lanes == {"CPU thread 0", "cuda:0 stream 7", "cuda:0 stream 13", "cuda:1 stream 7"}
+    kernels = [e for e in events if e.kind == "kernel" and e.name != "Memset (Device)"]
+    assert [(e.lane, e.start, e.duration) for e in kernels] == [
+        ("cuda:0 stream 7", pytest.approx(30 * US), pytest.approx(600 * US)),
+        ("cuda:0 stream 7", pytest.approx(630 * US), pytest.approx(600 * US)),
+        ("cuda:1 stream 7", pytest.approx(168.5 * US), pytest.approx(600 * US))]
+    copies = [e for e in events if e.kind == "copy"]
+    assert [e.name for e in copies] == ["Memcpy DtoH (Device -> Pinned)"] * 2
+    assert {e.lane for e in copies} == {"cuda:0 stream 13"}
+    assert copies[-1].end == pytest.approx((1722 - 90) * US)  # t = 0 at the first event
+
+
+def test_trace_events_top_level_cpu_thread_and_its_wait():
+    cpu = [e for e in dx.trace_events(GPU_TRACE) if e.lane == "CPU thread 0"]
+    # The record_function range folds every operator and launch inside it; the barrier after
+    # it is where Python waited for both GPUs.
+    assert [(e.name, e.kind) for e in cpu] == [("compute_and_copy", "cpu op"),
+                                               ("cudaDeviceSynchronize", "wait")]
+    assert cpu[1].duration == pytest.approx(1455 * US)
+
+
+def test_trace_events_every_event_and_what_is_skipped():
     every = dx.trace_events(GPU_TRACE, top_level=False)
-    assert {e.name for e in every} >= {"aten::resolve_conj"}
+    names = [e.name for e in every]
+    assert names.count("cudaLaunchKernel") == 3 and names.count("cudaMemcpyAsync") == 2
+    assert {e.kind for e in every if e.name.startswith("cuda")} == {"launch", "wait"}
+    assert names.count("aten::mm") == 3 and "Memset (Device)" in names
+    # metadata, flow arrows (ac2g), the profiler's own span and instant events are no bars
+    drawn = [ev for ev in GPU_TRACE["traceEvents"]
+             if ev["ph"] == "X" and ev["cat"] not in ("Trace",)]
+    assert len(every) == len(drawn)
+    assert any(ev["ph"] in "sf" and ev["cat"] == "ac2g" for ev in GPU_TRACE["traceEvents"])
 
 
-def test_trace_events_reads_a_file(tmp_path):
-    path = tmp_path / "trace.json"
-    path.write_text(json.dumps(GPU_TRACE))
-    assert dx.trace_events(path) == dx.trace_events(GPU_TRACE)
+def test_overlap_of_copies_and_kernels_in_the_gpu_trace():
+    events = dx.trace_events(GPU_TRACE)
+    kernels = [e for e in events if e.kind == "kernel" and e.lane.startswith("cuda:0")]
+    copies = [e for e in events if e.kind == "copy"]
+    # The first copy (722-1122 us) runs under the second product (720-1320 us); the last
+    # copy has no product left to hide behind.
+    assert dx.overlap_time(kernels, copies) == pytest.approx(400 * US)
+    assert dx.busy_time(copies) == {"cuda:0 stream 13": pytest.approx(800 * US)}
+
+
+def test_overlap_time_counts_each_moment_once():
+    ev = dx.TimelineEvent
+    a = [ev("k", "L", 0.0, 2.0, "kernel"), ev("k", "L", 1.0, 2.0, "kernel"),  # 0..3
+         ev("k", "L", 5.0, 1.0, "kernel")]                                     # 5..6
+    b = [ev("c", "M", 2.5, 3.0, "copy"), ev("c", "N", 2.5, 0.2, "copy")]      # 2.5..5.5
+    assert dx.overlap_time(a, b) == pytest.approx(0.5 + 0.5)
+    assert dx.overlap_time(b, a) == pytest.approx(1.0)
+    assert dx.overlap_time(a, []) == 0.0
+    assert dx.overlap_time([ev("x", "L", 0.0, 1.0, "copy")], [ev("y", "M", 1.0, 1.0, "kernel")]) == 0.0
+
+
+def test_trace_events_reads_a_file():
+    assert dx.trace_events(GPU_TRACE_PATH) == dx.trace_events(GPU_TRACE)
+    assert dx.trace_events(str(GPU_TRACE_PATH)) == dx.trace_events(GPU_TRACE)
 
 
 def test_trace_events_bad_input():
@@ -50,6 +94,101 @@ def test_trace_events_bad_input():
     with pytest.raises(ValueError, match="traceEvents"):
         dx.trace_events([1, 2])
     assert dx.trace_events({"traceEvents": []}) == []
+
+
+class SpyProfiler:
+    """Stands in for torch.autograd.profiler.profile on a CPU: builds the real profiler (which
+    works out its activities without starting), keeps what it chose, exports the GPU trace."""
+
+    made: list = []
+
+    def __init__(self, **options):
+        self.options = options
+        real = REAL_PROFILE(**options)
+        self.activities = set(real.kineto_activities)
+        self.state = real.profiler_kind
+        SpyProfiler.made.append(self)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def export_chrome_trace(self, path):
+        shutil.copy(GPU_TRACE_PATH, path)
+
+
+@pytest.fixture
+def pretend_cuda(monkeypatch):
+    """A CPU-only machine made to look like one with CUDA GPUs and a CUPTI-enabled Kineto."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.autograd.profiler, "_supported_activities",
+                        lambda: {ProfilerActivity.CPU, ProfilerActivity.CUDA})
+    synced = []
+    monkeypatch.setattr(profiling, "synchronize", lambda devices: synced.append(list(devices)))
+    monkeypatch.setattr(torch.autograd.profiler, "profile", SpyProfiler)
+    SpyProfiler.made.clear()
+    return synced
+
+
+def test_profile_trace_asks_for_cuda_activity_on_cuda_devices(pretend_cuda):
+    calls = []
+    events = dx.record_timeline(lambda: calls.append(1), devices=["cuda:0", "cuda:1"])
+    assert calls == [1]
+    (spy,) = SpyProfiler.made
+    assert ProfilerActivity.CUDA in spy.activities, spy.options
+    assert spy.state == ProfilerState.KINETO  # not KINETO_GPU_FALLBACK (CPU activity only)
+    # before the profile (queued work stays out) and inside it (every kernel ends inside)
+    assert pretend_cuda == [[torch.device("cuda", 0), torch.device("cuda", 1)]] * 2
+    assert {e.kind for e in events} >= {"kernel", "copy"}
+
+
+def test_profile_trace_asks_for_cpu_activity_only_on_cpu_devices(pretend_cuda):
+    dx.profile_trace(lambda: None, devices=["cpu"])
+    (spy,) = SpyProfiler.made
+    assert spy.activities == {ProfilerActivity.CPU} and spy.options["use_device"] is None
+
+
+def test_without_use_kineto_torch_falls_back_to_cpu_activity(pretend_cuda):
+    # Why profile_trace passes use_kineto=True: the profiler it used to build recorded no kernel.
+    old = REAL_PROFILE(use_device="cuda")
+    assert old.profiler_kind == ProfilerState.KINETO_GPU_FALLBACK
+    assert ProfilerActivity.CUDA not in old.kineto_activities
+
+
+def test_cuda_devices_without_cuda_profile_the_cpu_quietly(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(profiling, "synchronize", lambda devices: None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "CUDA is not available, disabling CUDA profiling"
+        events = dx.record_timeline(lambda: torch.ones(8) + 1, devices=["cuda:0"])
+    assert {e.kind for e in events} == {"cpu op"}
+
+
+def test_profile_trace_quiets_kineto_unless_told_otherwise(monkeypatch):
+    monkeypatch.delenv("KINETO_LOG_LEVEL", raising=False)
+    dx.profile_trace(lambda: None, devices=["cpu"])
+    assert os.environ["KINETO_LOG_LEVEL"] == profiling.QUIET_KINETO_LOG_LEVEL
+    monkeypatch.setenv("KINETO_LOG_LEVEL", "0")
+    dx.profile_trace(lambda: None, devices=["cpu"])
+    assert os.environ["KINETO_LOG_LEVEL"] == "0"  # a student's own setting is kept
+
+
+def test_a_profile_prints_no_kineto_lines():
+    # Kineto writes to the process's stderr, which Jupyter shows under the cell; it reads
+    # KINETO_LOG_LEVEL once, at the first profile, so this needs a fresh process.
+    env = {k: v for k, v in os.environ.items() if k not in ("KINETO_LOG_LEVEL",
+                                                             "PYTHONDONTWRITEBYTECODE")}
+    code = ("import torch, d2l_extras as dx\n"
+            "dx.record_timeline(lambda: torch.ones(8) + 1, devices=['cpu'])\n"
+            "dx.record_timeline(lambda: torch.ones(8) + 1)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    noise = [line for line in (out.stdout + out.stderr).splitlines()
+             if re.match(r"(USDT|ERROR|STAGE|WARNING|INFO):\d{4}-", line)]
+    assert not noise, noise
 
 
 def test_record_timeline_on_cpu(tmp_path):

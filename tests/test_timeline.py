@@ -30,14 +30,27 @@ def test_plot_timeline_from_recorded_trace(recorded):
     plt.close(ax.figure)
 
 
-def test_plot_timeline_gpu_lanes_cpu_on_top():
+def test_plot_timeline_gpu_lanes_cpu_on_top_then_each_device():
     events = dx.trace_events(GPU_TRACE)
     ax = dx.plot_timeline(events)
     labels = [t.get_text() for t in ax.get_yticklabels()]
-    # y ticks go bottom-up: the CPU thread is drawn at the top
-    assert labels[-1] == "CPU thread 0" and set(labels) == {e.lane for e in events}
+    # y ticks go bottom-up: the CPU thread at the top, then cuda:0's streams (the copy stream
+    # starts after cuda:1's kernel, yet stays with its device), then cuda:1
+    assert labels[::-1] == ["CPU thread 0", "cuda:0 stream 7", "cuda:0 stream 13",
+                            "cuda:1 stream 7"]
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert set(legend) == {"cpu op", "kernel", "copy"}
+    assert set(legend) == {"cpu op", "wait", "kernel", "copy"}
+    texts = {t.get_text() for t in ax.texts}
+    assert "Memcpy DtoH" in texts and "compute_and_copy" in texts  # short labels on long bars
+    plt.close(ax.figure)
+
+
+def test_plot_timeline_orders_many_devices_by_number():
+    ev = dx.TimelineEvent
+    events = [ev("k", f"cuda:{i} stream 7", 0.1 * (10 - i), 0.05, "kernel") for i in range(11)]
+    ax = dx.plot_timeline(events + [ev("op", "CPU thread 0", 1.0, 0.1, "cpu op")])
+    labels = [t.get_text() for t in ax.get_yticklabels()][::-1]
+    assert labels == ["CPU thread 0"] + [f"cuda:{i} stream 7" for i in range(11)]
     plt.close(ax.figure)
 
 
