@@ -126,8 +126,36 @@ def _gib(n_bytes: float) -> str:
     return f"{n_bytes / GiB:.1f} GiB"
 
 
+# On a GPU test runner, D2L_EXPECT_GPU=1 turns "no GPU visible" from a quiet simulation into an
+# error, so a runner that lost its GPU cannot pass by skipping every GPU check.
+EXPECT_GPU_VAR = "D2L_EXPECT_GPU"
+
+
+def _gpu_expected() -> bool:
+    raw = os.environ.get(EXPECT_GPU_VAR, "")
+    value = raw.strip().lower()
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    if value in ("1", "true", "yes", "on"):
+        return True
+    raise ValueError(f"{EXPECT_GPU_VAR}={raw!r}: set it to 1 (a CUDA GPU must be visible) or 0 "
+                     "(run on whatever is there), or unset it")
+
+
+def _check_expected_gpu(report: dict) -> None:
+    if _gpu_expected() and not any(a["device"].startswith("cuda") for a in report["accelerators"]):
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        raise RuntimeError(
+            f"{EXPECT_GPU_VAR}=1 says this machine has a CUDA GPU, but torch sees none "
+            f"(torch {report['torch']}, "
+            + (f"CUDA build {report['cuda_build']}" if report["cuda_build"] else
+               "a CPU-only build: install a CUDA build of torch")
+            + (f", CUDA_VISIBLE_DEVICES={visible!r}" if visible is not None else "")
+            + "). Check `nvidia-smi` and the driver, or unset D2L_EXPECT_GPU to run without a GPU.")
+
+
 def hardware_report(verbose: bool = True) -> dict:
-    """Print (and return) the CPU, RAM, accelerators, torch version and active profile."""
+    """Print (and return) CPU, RAM, accelerators, torch and profile; raise if D2L_EXPECT_GPU=1 and no GPU."""
     mem = psutil.virtual_memory()
     report: dict = {
         "cpu": cpu_name(),
@@ -170,4 +198,5 @@ def hardware_report(verbose: bool = True) -> dict:
         lines.append(f"profile : {report['profile']} ({DESCRIPTIONS[report['profile']]}); "
                      "set D2L_PROFILE=ci|class|full to change")
         print("\n".join(lines))
+    _check_expected_gpu(report)  # after printing, so the error follows what was found
     return report

@@ -103,3 +103,46 @@ def test_whole_number_accepts_counts(value):
 def test_whole_number_names_what_was_wrong(bad):
     with pytest.raises(ValueError, match="k must be a whole number >= 1"):
         dx.whole_number(bad, "k")
+
+
+class _FakeGPU:
+    name, total_memory, major, minor = "Fake GPU", 8 * 1024 ** 3, 9, 0
+
+
+@pytest.mark.parametrize("value", ["1", "true", "YES", " on "])
+def test_expected_gpu_missing_is_an_error(monkeypatch, value):
+    monkeypatch.setenv("D2L_EXPECT_GPU", value)
+    monkeypatch.setattr(hardware, "accelerators", lambda: [])
+    with pytest.raises(RuntimeError, match=r"D2L_EXPECT_GPU=1 says this machine has a CUDA GPU"):
+        dx.hardware_report(verbose=False)
+
+
+def test_expected_gpu_error_follows_the_printed_report(monkeypatch, capsys):
+    monkeypatch.setenv("D2L_EXPECT_GPU", "1")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.setattr(hardware, "accelerators", lambda: [torch.device("mps")])  # not CUDA
+    monkeypatch.setattr(hardware, "free_memory", lambda dev: 1024 ** 3)
+    with pytest.raises(RuntimeError, match=r"CUDA_VISIBLE_DEVICES=''.*nvidia-smi"):
+        dx.hardware_report()
+    assert "mps" in capsys.readouterr().out
+
+
+def test_expected_gpu_present_passes(monkeypatch):
+    monkeypatch.setenv("D2L_EXPECT_GPU", "1")
+    monkeypatch.setattr(hardware, "accelerators", lambda: [torch.device("cuda", 0)])
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda dev: _FakeGPU)
+    monkeypatch.setattr(hardware, "free_memory", lambda dev: 1024 ** 3)
+    assert dx.hardware_report(verbose=False)["accelerators"][0]["name"] == "Fake GPU"
+
+
+@pytest.mark.parametrize("value", ["", "0", "false", "off"])
+def test_no_gpu_is_fine_unless_expected(monkeypatch, value):
+    monkeypatch.setenv("D2L_EXPECT_GPU", value)
+    monkeypatch.setattr(hardware, "accelerators", lambda: [])
+    assert dx.hardware_report(verbose=False)["accelerators"] == []
+
+
+def test_expected_gpu_rejects_unclear_values(monkeypatch):
+    monkeypatch.setenv("D2L_EXPECT_GPU", "maybe")
+    with pytest.raises(ValueError, match=r"D2L_EXPECT_GPU='maybe': set it to 1"):
+        dx.hardware_report(verbose=False)
