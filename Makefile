@@ -1,5 +1,6 @@
 # Two commands: `make lab` opens the notebooks, `make test` runs every test.
 # Both create .venv on first use and reuse it while the requirements are unchanged.
+# `make report` runs every notebook and collects what it measured (build/report/summary.md).
 PYTHON ?= python3
 VENV   := .venv
 ifeq ($(OS),Windows_NT)
@@ -18,12 +19,35 @@ AS_ROOT := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root,)
 # recompiles from source, which costs tens of seconds per notebook.
 export PYTHONDONTWRITEBYTECODE :=
 TEST_PROFILE := $(or $(D2L_PROFILE),ci)
+# Executed notebooks (REPORT_DIR/notebooks/) and the summary of their figures; ignored by git.
+REPORT_DIR := build/report
+
+# USE_CURRENT_ENV=1 runs every target with $(PYTHON) as it is (a GPU runner's image, a conda
+# environment, often offline): no .venv, nothing installed; d2l_extras comes from this checkout
+# through PYTHONPATH, and tools/check_env.py lists whatever the target needs and is missing.
+USE_CURRENT_ENV ?=
+ifneq ($(filter 1 yes true,$(USE_CURRENT_ENV)),)
+PY     := $(PYTHON)
+ready   = env-$(1)
+export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),$(if $(filter Windows_NT,$(OS)),;,:)$(PYTHONPATH))
+# `make lab` registers the kernel inside the ignored build/ folder, not in that environment.
+export JUPYTER_PATH := $(CURDIR)/build/jupyter/share/jupyter
+LAB_KERNEL := $(PY) -m ipykernel install --prefix build/jupyter --name $(KERNEL) \
+  --display-name "Python (d2l computational performance)" >/dev/null
+else
+PY     := $(BIN)/python
+ready   = $(STAMP)
+LAB_KERNEL :=
+endif
 NBVAL  := --nbval-lax --nbval-current-env --nbval-cell-timeout=600 \
           --nbval-sanitize-with tests/nbval_sanitize.cfg
 
-.PHONY: lab test unit notebooks figures setup clean
+.PHONY: lab test unit notebooks figures report slides html setup clean
 
-setup: $(STAMP)
+setup: $(call ready,run)
+
+env-%:
+	$(PY) -m tools.check_env $*
 
 # The stamp is newer than the requirement files once they are installed,
 # so a second `make` installs nothing.
@@ -37,21 +61,37 @@ $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
 	  --display-name "Python (d2l computational performance)"
 	touch $(STAMP)
 
-lab: $(STAMP)
-	$(BIN)/jupyter lab --notebook-dir=notebooks $(AS_ROOT) $(LAB_ARGS)
+lab: $(call ready,lab)
+	$(LAB_KERNEL)
+	$(PY) -m jupyter lab --notebook-dir=notebooks $(AS_ROOT) $(LAB_ARGS)
 
-test: $(STAMP)
-	D2L_PROFILE=$(TEST_PROFILE) $(BIN)/python -m pytest tests notebooks $(NBVAL)
+test: $(call ready,test)
+	D2L_PROFILE=$(TEST_PROFILE) $(PY) -m pytest tests notebooks $(NBVAL)
 
-unit: $(STAMP)
-	D2L_PROFILE=$(TEST_PROFILE) $(BIN)/python -m pytest tests
+unit: $(call ready,test)
+	D2L_PROFILE=$(TEST_PROFILE) $(PY) -m pytest tests
 
-notebooks: $(STAMP)
-	D2L_PROFILE=$(TEST_PROFILE) $(BIN)/python -m pytest notebooks $(NBVAL)
+notebooks: $(call ready,test)
+	D2L_PROFILE=$(TEST_PROFILE) $(PY) -m pytest notebooks $(NBVAL)
+
+# Execute every notebook in the active profile (D2L_PROFILE, default class) and summarize the
+# figures they recorded with dx.record; exits non-zero if a notebook failed.
+report: $(call ready,report)
+	$(PY) -m tools.report --out $(REPORT_DIR)
+
+# The notebooks as reveal.js decks (build/slides/) and as static pages with their outputs
+# (build/html/), each with an index.html and local copies of reveal.js and MathJax (they work
+# offline). Built from the copies `make report` executed, which it reruns when a notebook is newer.
+slides html: $(call ready,report) $(REPORT_DIR)/summary.json
+	$(PY) tools/nbsite.py $@ --notebooks $(REPORT_DIR)/notebooks \
+	  --summary $(REPORT_DIR)/summary.json --out build/$@
+
+$(REPORT_DIR)/summary.json: $(wildcard notebooks/*.ipynb) | $(call ready,report)
+	$(MAKE) report
 
 # Regenerate the figures in images/ from the scripts beside them.
-figures: $(STAMP)
-	for f in images/*.py; do $(BIN)/python $$f images || exit 1; done
+figures: $(call ready,run)
+	for f in images/*.py; do $(PY) $$f images || exit 1; done
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache $(REPORT_DIR) build/jupyter

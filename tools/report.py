@@ -1,0 +1,266 @@
+"""make report: run every notebook, keep the executed copies, and summarize what they measured.
+
+    python -m tools.report [--out build/report] [notebooks/NN-name.ipynb ...]
+
+Each notebook runs top to bottom in a fresh kernel of this very interpreter (sys.executable:
+the project's .venv, or the current environment with USE_CURRENT_ENV=1), in the active profile
+(D2L_PROFILE, default class), with D2L_REPORT_DIR=OUT and D2L_REPORT_NOTEBOOK=its name, so that
+each `dx.record(key, value, unit, note)` lands in OUT/records.jsonl. Written under OUT:
+
+    notebooks/NN-name.ipynb   the executed copies (also of failed notebooks, up to the error)
+    records.jsonl             the raw records
+    summary.md, summary.json  the hardware, each notebook's result and run time, its figures
+
+The exit status is 1 when a notebook failed (after the summary is written), else 0.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = ROOT / "notebooks"
+DEFAULT_OUT = ROOT / "build" / "report"
+EXECUTED = "notebooks"  # OUT/notebooks/: the executed copies, which the slides and HTML build from
+GiB = 1024 ** 3
+
+
+# ---------------------------------------------------------------- running one notebook
+
+def _current_python_kernel_manager():
+    """A kernel manager class whose kernel is this interpreter, whatever kernels are installed."""
+    import ipykernel.kernelspec
+    from jupyter_client.kernelspec import KernelSpecManager
+    from jupyter_client.manager import AsyncKernelManager
+    from traitlets import default
+
+    class ThisPythonSpecs(KernelSpecManager):
+        def get_kernel_spec(self, kernel_name):
+            # get_kernel_dict() names sys.executable, so the notebook runs where make report runs
+            return self.kernel_spec_class(resource_dir=ipykernel.kernelspec.RESOURCES,
+                                          **ipykernel.kernelspec.get_kernel_dict())
+
+    class ThisPythonKernelManager(AsyncKernelManager):
+        @default("kernel_spec_manager")
+        def _default_specs(self):
+            return ThisPythonSpecs(data_dir=self.data_dir)
+
+    return ThisPythonKernelManager
+
+
+def execute_notebook(source: Path, target: Path, env: dict, cell_timeout: float) -> str | None:
+    """Execute `source` in a kernel of this Python, save it to `target`; return the error or None."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(source, as_version=4)
+    client = NotebookClient(nb, timeout=cell_timeout, kernel_name="this-python",
+                            kernel_manager_class=_current_python_kernel_manager(),
+                            resources={"metadata": {"path": str(source.parent)}})
+    error = None
+    try:
+        client.execute(env=env)
+    except Exception as err:  # a failing cell, a dead kernel, a timeout: all end this notebook
+        error = _describe(err, nb)
+    finally:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, target)
+    return error
+
+
+def _describe(err: Exception, nb) -> str:
+    # CellExecutionError carries ename/evalue; the cell is the last one with an error output.
+    what = (f"{err.ename}: {err.evalue}" if getattr(err, "ename", None)
+            else f"{type(err).__name__}: {str(err).strip().splitlines()[-1] if str(err).strip() else ''}")
+    for index, cell in enumerate(nb.cells):
+        if any(o.get("output_type") == "error" for o in cell.get("outputs", [])):
+            return f"cell {index}: {what}"
+    return what
+
+
+def notebook_alarms(path: Path) -> list[tuple[int, str, str]]:
+    """Return (cell index, pattern name, line) for each alarm line in an executed notebook."""
+    from tools.alarms import alarm_lines
+
+    with open(path, encoding="utf-8") as f:
+        nb = json.load(f)
+    return [(i, name, line) for i, cell in enumerate(nb.get("cells", []))
+            for name, line in alarm_lines(cell.get("outputs", []))]
+
+
+# ---------------------------------------------------------------- the summary
+
+def summarize(runs: list[dict], records: list[dict], hardware: dict | None,
+              hardware_error: str | None = None, profile: str = "") -> dict:
+    """Group the records by notebook, in the order the notebooks ran, beside their run results."""
+    order = [run["notebook"] for run in runs]
+    groups: dict[str, list[dict]] = {name: [] for name in order}
+    for row in records:
+        name = row.get("notebook") or ""
+        groups.setdefault(name, []).append(
+            {k: row.get(k) for k in ("key", "value", "unit", "note")})
+    notebooks = [{**run, "records": groups[run["notebook"]]} for run in runs]
+    other = {name: rows for name, rows in groups.items() if name not in order}
+    return {
+        "generated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "python": sys.executable,
+        "profile": profile,
+        "hardware": hardware,
+        "hardware_error": hardware_error,
+        "notebooks": notebooks,
+        "other_records": other,  # recorded under a name that is not one of the notebooks run
+        "failed": [run["notebook"] for run in runs if run.get("error")],
+        "total_seconds": round(sum(run.get("seconds", 0.0) for run in runs), 1),
+    }
+
+
+def _value(v) -> str:
+    return f"{v:.4g}" if isinstance(v, (int, float)) else str(v)
+
+
+def _cell(text) -> str:
+    return str(text if text is not None else "").replace("|", "\\|").replace("\n", " ")
+
+
+def render_hardware(hardware: dict | None, error: str | None = None) -> list[str]:
+    """Markdown lines for a dx.hardware_report(verbose=False) dictionary."""
+    lines = []
+    if error:
+        lines.append(f"**Hardware check failed:** {_cell(error)}")
+        lines.append("")
+    if not hardware:
+        return lines + ["(no hardware report)"]
+    rows = [("CPU", f"{hardware.get('cpu')}, {hardware.get('cores')} cores "
+                    f"({hardware.get('logical_cores')} logical, torch uses "
+                    f"{hardware.get('torch_threads')} threads)"),
+            ("RAM", f"{hardware.get('ram_total', 0) / GiB:.1f} GiB total, "
+                    f"{hardware.get('ram_available', 0) / GiB:.1f} GiB available")]
+    for acc in hardware.get("accelerators") or []:
+        extra = f", compute capability {acc['capability']}" if acc.get("capability") else ""
+        rows.append((acc["device"], f"{acc['name']}, {acc['memory'] / GiB:.1f} GiB "
+                                    f"({acc['free'] / GiB:.1f} GiB free){extra}"))
+    if not hardware.get("accelerators"):
+        rows.append(("GPU", "none visible"))
+    build = f"CUDA build {hardware['cuda_build']}" if hardware.get("cuda_build") else "CPU build"
+    rows.append(("torch", f"{hardware.get('torch')}, {build}"))
+    rows.append(("profile", str(hardware.get("profile"))))
+    lines += ["| | |", "| --- | --- |"] + [f"| {k} | {_cell(v)} |" for k, v in rows]
+    return lines
+
+
+def render_markdown(summary: dict) -> str:
+    """The summary as Markdown: hardware, one line per notebook, then each notebook's figures."""
+    out = [f"# Measured figures, profile `{summary['profile']}`", "",
+           f"Generated {summary['generated']} by `{summary['python']}`. Every figure below was "
+           "measured in this run; executed notebooks are in `notebooks/` beside this file.", "",
+           "## Hardware", ""]
+    out += render_hardware(summary["hardware"], summary.get("hardware_error"))
+    out += ["", "## Notebooks", "", "| notebook | result | run time | figures | alarm lines |",
+            "| --- | --- | --- | --- | --- |"]
+    for nb in summary["notebooks"]:
+        result = "FAILED" if nb.get("error") else "ok"
+        out.append(f"| {nb['notebook']} | {result} | {nb['seconds']:.1f} s | "
+                   f"{len(nb['records'])} | {len(nb.get('alarms', []))} |")
+    out.append(f"\nTotal: {summary['total_seconds']:.1f} s. "
+               + (f"Failed: {', '.join(summary['failed'])}." if summary["failed"]
+                  else "No notebook failed."))
+    groups = [(nb["notebook"], nb) for nb in summary["notebooks"]]
+    groups += [(name, {"records": rows}) for name, rows in summary["other_records"].items()]
+    for name, nb in groups:
+        out += ["", f"## {name or '(no notebook named)'}", ""]
+        if nb.get("error"):
+            out += [f"**Failed** after {nb['seconds']:.1f} s: {_cell(nb['error'])}", ""]
+        for cell, pattern, line in nb.get("alarms", []):
+            out.append(f"- alarm line in cell {cell} ({pattern}): `{_cell(line)}`")
+        if nb.get("alarms"):
+            out.append("")
+        if nb["records"]:
+            out += ["| figure | value | unit | note |", "| --- | --- | --- | --- |"]
+            out += [f"| {_cell(r['key'])} | {_value(r['value'])} | {_cell(r['unit'])} | "
+                    f"{_cell(r['note'])} |" for r in nb["records"]]
+        else:
+            out.append("(no figures recorded)")
+    return "\n".join(out) + "\n"
+
+
+def write_summary(out: Path, summary: dict) -> None:
+    """Write summary.json and summary.md into `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    (out / "summary.md").write_text(render_markdown(summary), encoding="utf-8")
+
+
+# ---------------------------------------------------------------- the whole run
+
+def _hardware() -> tuple[dict | None, str | None]:
+    import d2l_extras as dx
+    try:
+        return dx.hardware_report(verbose=False), None
+    except (RuntimeError, ValueError) as err:  # D2L_EXPECT_GPU=1 without a GPU, a bad profile
+        return None, str(err)
+
+
+def report(paths: list[Path], out: Path, cell_timeout: float = 900,
+           execute: Callable = execute_notebook,
+           hardware: Callable[[], tuple[dict | None, str | None]] = _hardware) -> int:
+    """Run the notebooks, write the summary under `out`; return 1 if one failed, else 0."""
+    from d2l_extras.profiles import profile
+    from d2l_extras.report import ENV_VAR, RECORDS, read_records
+
+    out = out.resolve()
+    # One report is one run: drop the records and executed copies of an earlier run.
+    shutil.rmtree(out / EXECUTED, ignore_errors=True)
+    (out / RECORDS).unlink(missing_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+    hw, hw_error = hardware()
+    runs = []
+    for path in paths:
+        name = path.stem
+        target = out / EXECUTED / path.name
+        env = {**os.environ, ENV_VAR: str(out), "D2L_REPORT_NOTEBOOK": name}
+        print(f"report: running {path.name} ...", flush=True)
+        start = time.perf_counter()
+        error = execute(path, target, env, cell_timeout)
+        seconds = time.perf_counter() - start
+        alarms = notebook_alarms(target) if target.exists() else []
+        print(f"report: {path.name} {'FAILED: ' + error if error else 'ok'} ({seconds:.1f} s)",
+              flush=True)
+        runs.append({"notebook": name, "executed": str(target), "seconds": round(seconds, 2),
+                     "error": error, "alarms": alarms})
+    try:
+        active = profile()
+    except ValueError:  # a misspelt D2L_PROFILE: every notebook has failed with the reason
+        active = os.environ.get("D2L_PROFILE", "")
+    summary = summarize(runs, read_records(out), hw, hw_error, active)
+    write_summary(out, summary)
+    print(f"report: summary in {out / 'summary.md'} and {out / 'summary.json'}")
+    if summary["failed"]:
+        print(f"report: FAILED notebooks: {', '.join(summary['failed'])}", file=sys.stderr)
+    return 1 if summary["failed"] or hw_error else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Run the notebooks and summarize their figures.")
+    parser.add_argument("notebooks", nargs="*", type=Path,
+                        help="notebooks to run (default: every notebooks/*.ipynb)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
+                        help="output directory (default: build/report, ignored by git)")
+    parser.add_argument("--cell-timeout", type=float, default=900,
+                        help="seconds one cell may run (default: 900)")
+    args = parser.parse_args(argv)
+    paths = [p.resolve() for p in args.notebooks] or sorted(NOTEBOOKS.glob("*.ipynb"))
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        parser.error(f"no such notebook: {', '.join(missing)}")
+    return report(paths, args.out, args.cell_timeout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
