@@ -1,13 +1,45 @@
-"""Whether torch.compile can build code here, and a fallback to eager when it cannot."""
+"""torch.compile here: whether it can build code, a fallback to eager, and reading its timings."""
 from __future__ import annotations
 
 import functools
+import logging
+import math
 from typing import Callable, TypeVar
 
 import torch
 
 F = TypeVar("F", bound=Callable)
 
+# --- a false alarm, silenced at its source
+
+# The CUDA build of torch, on a machine without a GPU but with a CUDA toolkit installed (nvcc on
+# the PATH), logs "No CUDA runtime is found, using CUDA_HOME=..." when Inductor first imports
+# torch.utils.cpp_extension to build CPU code. Nothing is wrong: CPU code needs no CUDA runtime,
+# and hardware_report() already says that no GPU is visible. Students read it as an error, so we
+# drop exactly this record, and only while CUDA is unavailable; every other message of that
+# logger (compiler errors included) still appears.
+_FALSE_ALARM = "No CUDA runtime is found"
+
+
+class _NoFalseCudaAlarm(logging.Filter):
+    """Drop the CPU-only 'No CUDA runtime is found' notice of torch.utils.cpp_extension."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (str(record.msg).startswith(_FALSE_ALARM) and not torch.cuda.is_available())
+
+
+def _install_filter() -> None:
+    log = logging.getLogger("torch.utils.cpp_extension")
+    if not any(isinstance(f, _NoFalseCudaAlarm) for f in log.filters):
+        log.addFilter(_NoFalseCudaAlarm())
+
+
+# Installed on import: the notice is logged once, at the first compile, which in the notebooks
+# comes after dx.compile_support() or dx.maybe_compile() has imported this module.
+_install_filter()
+
+
+# --- can torch.compile build code here?
 
 @functools.cache
 def compile_support() -> tuple[bool, str]:
@@ -29,3 +61,62 @@ def maybe_compile(fn: F, **options) -> F:
     print(f"torch.compile is not usable here ({reason}); running eagerly instead. "
           "On Windows install the MSVC build tools, on macOS the Xcode command line tools.")
     return fn
+
+
+# --- reading the measurements
+
+def speed_verdict(baseline_s: float, other_s: float, tolerance: float = 0.05) -> str:
+    """'faster', 'slower' or 'as fast': other_s against baseline_s, ties within `tolerance`."""
+    for name, value in (("baseline_s", baseline_s), ("other_s", other_s)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not math.isfinite(value) or value <= 0:
+            raise ValueError(f"speed_verdict(): {name} must be a measured time in seconds > 0, "
+                             f"got {value!r}")
+    if not 0 <= tolerance < 1:
+        raise ValueError(f"speed_verdict(): tolerance is a fraction in [0, 1), got {tolerance!r}")
+    ratio = baseline_s / other_s  # > 1: other is faster
+    if ratio > 1 + tolerance:
+        return "faster"
+    if ratio < 1 / (1 + tolerance):
+        return "slower"
+    return "as fast"
+
+
+def last_level_cache(device: torch.device | str = "cpu") -> tuple[str, int] | None:
+    """(name, bytes) of the largest cache in front of `device`'s memory, or None if unknown."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        size = getattr(props, "L2_cache_size", 0)  # in torch since 2.1; absent on some builds
+        return (f"L2 of the {props.name}", int(size)) if size else None
+    if device.type == "cpu":
+        from .hwbench import cache_sizes  # imported here: hwbench is large and rarely needed
+        sizes = cache_sizes()
+        if not sizes:
+            return None
+        name = max(sizes, key=sizes.get)
+        return (f"{name} of the CPU", sizes[name])
+    return None  # MPS and others do not report their caches to torch
+
+
+def memory_regime(operand_bytes: int, cache_bytes: int | None, live: int = 3) -> str:
+    """Where an elementwise chain's passes go: 'memory', 'cache', 'mixed' or 'unknown'.
+
+    One eager operator reads one or two operands and writes a third, so about `live` operands
+    of `operand_bytes` must stay in the cache for the passes to be served from it.
+    """
+    if isinstance(operand_bytes, bool) or not isinstance(operand_bytes, int) or operand_bytes < 1:
+        raise ValueError(f"memory_regime(): operand_bytes must be a whole number >= 1, "
+                         f"got {operand_bytes!r}")
+    if isinstance(live, bool) or not isinstance(live, int) or live < 1:
+        raise ValueError(f"memory_regime(): live must be a whole number >= 1, got {live!r}")
+    if cache_bytes is None:
+        return "unknown"
+    if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, int) or cache_bytes < 1:
+        raise ValueError(f"memory_regime(): cache_bytes must be a whole number >= 1 or None "
+                         f"(unknown), got {cache_bytes!r}")
+    if operand_bytes > cache_bytes:
+        return "memory"   # not even one operand fits: every pass streams from main memory
+    if live * operand_bytes <= cache_bytes:
+        return "cache"    # input, temporary and result fit: passes are served by the cache
+    return "mixed"
