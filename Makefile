@@ -39,6 +39,8 @@ PY     := $(BIN)/python
 ready   = $(STAMP)
 LAB_KERNEL :=
 endif
+# What `make test` runs; a subset: make test TESTS="tests/test_report.py notebooks/02-asynchronous-computation.ipynb"
+TESTS  ?= tests notebooks
 NBVAL  := --nbval-lax --nbval-current-env --nbval-cell-timeout=600 \
           --nbval-sanitize-with tests/nbval_sanitize.cfg
 
@@ -66,7 +68,7 @@ lab: $(call ready,lab)
 	$(PY) -m jupyter lab --notebook-dir=notebooks $(AS_ROOT) $(LAB_ARGS)
 
 test: $(call ready,test)
-	D2L_PROFILE=$(TEST_PROFILE) $(PY) -m pytest tests notebooks $(NBVAL)
+	D2L_PROFILE=$(TEST_PROFILE) $(PY) -m pytest $(TESTS) $(NBVAL)
 
 unit: $(call ready,test)
 	D2L_PROFILE=$(TEST_PROFILE) $(PY) -m pytest tests
