@@ -1,11 +1,16 @@
-"""Notebooks are stored without outputs or execution counts, and without shell escapes."""
+"""Notebooks are stored without outputs or execution counts, without shell escapes, and with the
+project's kernel and slide metadata (tools/nbmeta.py sets both)."""
 import json
 import pathlib
 import re
+import sys
 
 import pytest
 
-NOTEBOOKS = sorted((pathlib.Path(__file__).parents[1] / "notebooks").glob("*.ipynb"))
+ROOT = pathlib.Path(__file__).parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 
 def test_there_are_notebooks():
@@ -33,3 +38,28 @@ def test_first_output_is_hardware_report(path):
     first_code = next(c for c in nb["cells"] if c["cell_type"] == "code")
     assert "hardware_report(" in "".join(first_code["source"]), \
         f"{path.name}: the first code cell should show dx.hardware_report()"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_kernel_is_the_project_kernel(path):
+    # `make setup` registers d2l-perf; with the generic python3 a notebook opened from VS Code or
+    # a system-wide Jupyter would start a Python without torch.
+    from tools.nbmeta import KERNELSPEC
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    assert nb["metadata"].get("kernelspec") == KERNELSPEC, \
+        f"{path.name} names another kernel; run: python tools/nbmeta.py notebooks/{path.name}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_slide_metadata_is_up_to_date(path):
+    # The decks (make slides, RISE in make lab) are cut from this metadata: a new section or a
+    # grown cell needs the tool rerun, or the slides drift from the notebook.
+    from tools.nbmeta import rewrite, slide_types
+    text = path.read_text(encoding="utf-8")
+    cells = json.loads(text)["cells"]
+    stale = [f"cell {i}: {cell['metadata'].get('slideshow', {}).get('slide_type')!r} "
+             f"should be {kind!r}" for i, (cell, kind) in enumerate(zip(cells, slide_types(cells)))
+             if cell["metadata"].get("slideshow") != {"slide_type": kind}]
+    assert not stale, (f"{path.name}: slide metadata out of date ({'; '.join(stale[:5])}); "
+                       f"run: python tools/nbmeta.py notebooks/{path.name}")
+    assert rewrite(text) == text, f"run: python tools/nbmeta.py notebooks/{path.name}"

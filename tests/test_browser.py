@@ -1,0 +1,100 @@
+"""A slide deck and a page, opened in headless Chromium as a person would open them (file://).
+
+Built from the small executed notebook of tests/test_slides.py (seconds, no kernel). Skipped where
+no Chromium is installed (Debian: apt-get install -y chromium). D2L_SCREENSHOTS=DIR keeps
+screenshots of what the browser showed.
+"""
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_slides import SECTIONS, build  # noqa: E402
+from tools.browser import Browser, find_chromium  # noqa: E402
+
+pytest.importorskip("websocket", reason="websocket-client is not installed (requirements.txt)")
+pytestmark = pytest.mark.skipif(
+    find_chromium() is None,
+    reason="no Chromium installed: apt-get install -y chromium (Debian) runs this test")
+
+# MathJax 2 probes fonts with a @font-face whose src is 'about:blank'; from a file:// page
+# Chromium reports that probe as a failed load. It is not one of the page's resources.
+HARMLESS = ("about:blank",)
+
+IMAGES = """JSON.stringify(Array.from(document.images).map(
+    i => ({src: i.src.slice(0, 40), complete: i.complete, width: i.naturalWidth})))"""
+
+
+def real_errors(errors):
+    return [e for e in errors if not any(h in e for h in HARMLESS)]
+
+
+def loaded_images(browser):
+    images = json.loads(browser.evaluate(IMAGES))
+    assert images, "the page shows no image"
+    broken = [i for i in images if not (i["complete"] and i["width"] > 0)]
+    assert not broken, f"images that did not load: {broken}"
+    return images
+
+
+def typeset_math(browser):
+    """Wait for MathJax to finish; return how many formulas it typeset."""
+    return browser.wait_for(
+        "window.MathJax && MathJax.Hub && MathJax.Hub.queue.pending === 0 && "
+        "document.querySelectorAll('.MathJax').length", timeout=20)
+
+
+def shot(browser, name):
+    folder = os.environ.get("D2L_SCREENSHOTS")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        browser.screenshot(Path(folder) / name)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("browser")
+    return {"slides": build("slides", tmp), "html": build("html", tmp)}
+
+
+def test_deck_has_a_slide_per_section_with_its_pictures(site):
+    with Browser() as browser:
+        browser.open((site["slides"] / "demo.slides.html").as_uri())
+        assert browser.wait_for("window.Reveal && Reveal.isReady()"), \
+            f"reveal.js did not start; errors: {browser.errors}"
+        assert browser.evaluate("Reveal.getHorizontalSlides().length") == SECTIONS
+        # Sub-slides (the plot, the long code cell) sit below their section, as nbmeta cut them.
+        cells = json.loads((site["slides"].parent / "executed" / "demo.ipynb").read_text())["cells"]
+        kinds = [c["metadata"]["slideshow"]["slide_type"] for c in cells]
+        assert kinds.count("subslide") >= 2
+        assert browser.evaluate("Reveal.getTotalSlides()") == \
+            kinds.count("slide") + kinds.count("subslide")
+        images = loaded_images(browser)
+        assert len(images) == 2, f"expected the Markdown figure and the plot, got {images}"
+        assert typeset_math(browser) >= 2, "MathJax did not typeset the formulas"
+        for h, v in ((0, 0), (1, 0), (1, 1), (2, 0)):
+            browser.evaluate(f"Reveal.slide({h}, {v})")
+            time.sleep(1.0)  # the slide transition
+            shot(browser, f"deck-{h}-{v}.png")
+        assert not real_errors(browser.errors), browser.errors
+
+
+def test_page_shows_outputs_pictures_and_math(site):
+    with Browser(height=1200) as browser:
+        browser.open((site["html"] / "demo.html").as_uri())
+        images = loaded_images(browser)
+        assert len(images) == 2, f"expected the Markdown figure and the plot, got {images}"
+        assert typeset_math(browser) >= 2, "MathJax did not typeset the formulas"
+        assert "Test CPU" in browser.evaluate("document.body.innerText")
+        shot(browser, "page.png")
+        browser.open((site["html"] / "index.html").as_uri())
+        assert browser.evaluate("document.links.length") >= 1
+        shot(browser, "index.png")
+        assert not real_errors(browser.errors), browser.errors

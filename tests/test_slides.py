@@ -1,0 +1,268 @@
+"""Slide metadata (tools/nbmeta.py) and the slides/pages builder (tools/nbsite.py), without a browser.
+
+tests/test_browser.py opens what these build in Chromium; tests/test_notebooks_stored_clean.py
+checks that every stored notebook carries the metadata nbmeta sets.
+"""
+import base64
+import io
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+from tools import nbmeta, nbsite  # noqa: E402
+
+
+def md(text, **meta):
+    return {"cell_type": "markdown", "metadata": dict(meta), "source": text}
+
+
+def code(text, outputs=()):
+    return {"cell_type": "code", "execution_count": None, "metadata": {},
+            "outputs": list(outputs), "source": text}
+
+
+def notebook(cells):
+    return {"cells": cells, "metadata": {"kernelspec": {"display_name": "Python 3",
+            "language": "python", "name": "python3"}, "language_info": {"name": "python"}},
+            "nbformat": 4, "nbformat_minor": 5}
+
+
+# ---------------------------------------------------------------- the slide rules
+
+def test_each_section_heading_starts_a_slide():
+    cells = [md("# Title\n\nintro"), code("x = 1"), md("## Section\ntext"), code("y = 2"),
+             md("### Part\ntext"), md("plain text"), md("#hashtag, not a heading")]
+    assert nbmeta.slide_types(cells) == ["slide", "-", "slide", "-", "subslide", "-", "-"]
+
+
+def test_first_cell_always_starts_a_slide():
+    assert nbmeta.slide_types([md("no heading"), code("x")]) == ["slide", "-"]
+
+
+def test_a_cell_that_overfills_the_slide_starts_a_subslide():
+    long_code = "\n".join(f"x{i} = {i}" for i in range(nbmeta.SLIDE_LINES))
+    cells = [md("## Section"), code("a = 1"), code(long_code), code("b = 2"), md("## Next")]
+    assert nbmeta.slide_types(cells) == ["slide", "-", "subslide", "subslide", "slide"]
+
+
+def test_figures_take_room_on_a_slide():
+    assert nbmeta.cell_lines(md("![c](../images/x.png)")) == 1 + nbmeta.FIGURE_LINES
+    assert nbmeta.cell_lines(code("dx.bar_chart({'a': 1})")) == \
+        1 + nbmeta.OUTPUT_LINES + nbmeta.FIGURE_LINES
+    assert nbmeta.cell_lines(code("x = 1")) == 1 + nbmeta.OUTPUT_LINES
+    # A line longer than the slide is wide wraps.
+    assert nbmeta.cell_lines(md("w" * (2 * nbmeta.WRAP + 1))) == 3
+
+
+def test_apply_sets_kernel_and_every_cell_and_keeps_other_metadata():
+    nb = notebook([md("# T", tags=["keep"]), code("x = 1")])
+    nbmeta.apply(nb)
+    assert nb["metadata"]["kernelspec"] == {"display_name": "Python (d2l computational performance)",
+                                            "language": "python", "name": "d2l-perf"}
+    assert nb["metadata"]["language_info"] == {"name": "python"}
+    assert nb["cells"][0]["metadata"] == {"tags": ["keep"], "slideshow": {"slide_type": "slide"}}
+    assert nb["cells"][1]["metadata"] == {"slideshow": {"slide_type": "-"}}
+
+
+def test_apply_rejects_what_is_not_a_notebook():
+    with pytest.raises(ValueError, match="not a notebook"):
+        nbmeta.apply({"worksheets": []})
+    with pytest.raises(ValueError, match="not a notebook"):
+        nbmeta.apply([1, 2])
+
+
+@pytest.mark.parametrize("layout", [
+    {"indent": 1, "sort_keys": True, "ensure_ascii": False},   # nbformat's writer
+    {"indent": 2, "sort_keys": False, "ensure_ascii": True},
+])
+def test_rewrite_keeps_the_file_layout_and_is_idempotent(layout):
+    nb = notebook([md("# Größe × Zeit\n"), code("print('µs')")])
+    text = json.dumps(nb, **layout) + "\n"
+    once = nbmeta.rewrite(text)
+    assert once != text
+    assert nbmeta.rewrite(once) == once                       # a second run changes nothing
+    assert once == json.dumps(nbmeta.apply(json.loads(text)), **layout) + "\n"
+    # Everything but the two metadata fields is as it was.
+    strip = json.loads(once)
+    for cell in strip["cells"]:
+        del cell["metadata"]["slideshow"]
+    strip["metadata"]["kernelspec"] = nb["metadata"]["kernelspec"]
+    assert strip == nb
+
+
+def test_rewrite_refuses_a_layout_it_cannot_reproduce():
+    text = json.dumps(notebook([md("# T")]), indent=3)
+    with pytest.raises(ValueError, match="layout"):
+        nbmeta.rewrite(text)
+
+
+def test_command_line_check_then_write(tmp_path, capsys):
+    path = tmp_path / "n.ipynb"
+    path.write_text(json.dumps(notebook([md("# T"), code("x")]), indent=1, sort_keys=True,
+                               ensure_ascii=False) + "\n", encoding="utf-8")
+    before = path.read_bytes()
+    assert nbmeta.main(["--check", str(path)]) == 1
+    assert path.read_bytes() == before, "--check must not write"
+    assert "out of date" in capsys.readouterr().out
+    assert nbmeta.main([str(path)]) == 0
+    after = path.read_bytes()
+    assert after != before
+    assert nbmeta.main(["--check", str(path)]) == 0
+    assert nbmeta.main([str(path)]) == 0 and path.read_bytes() == after
+
+
+# ---------------------------------------------------------------- a small executed notebook
+
+def figure_png() -> str:
+    """A real matplotlib PNG, base64 as a notebook output stores it."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(3, 2))
+    ax.bar(["eager", "compiled"], [2.0, 1.0])
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def repo_image() -> str:
+    """A figure from images/, as the notebooks link to it."""
+    return "../images/" + sorted((ROOT / "images").glob("*.png"))[0].name
+
+
+SECTIONS = 3  # the headings of executed_notebook()
+
+
+def executed_notebook(path: Path) -> Path:
+    """Write a tiny notebook with outputs (as `make report` would leave it) and the slide metadata."""
+    long_code = "\n".join(f"step_{i} = {i}  # a long cell becomes a sub-slide" for i in range(30))
+    nb = notebook([
+        md("# Demo deck\n\nOn $k$ devices the sum is $\\sum_i g_i$."),
+        code("import d2l_extras as dx\ndx.hardware_report();",
+             [{"output_type": "stream", "name": "stdout",
+               "text": "CPU     : Test CPU, 2 cores\nGPU     : none visible\n"}]),
+        md(f"## A picture\n\n![The ring]({repo_image()})"),
+        code("dx.bar_chart({'eager': 2.0, 'compiled': 1.0})",
+             [{"output_type": "display_data", "metadata": {},
+               "data": {"image/png": figure_png(), "text/plain": "<Figure>"}}]),
+        md("## Long code"),
+        code(long_code, [{"output_type": "stream", "name": "stdout", "text": "done\n"}]),
+    ])
+    for i, cell in enumerate(nb["cells"]):
+        cell["id"] = f"cell-{i}"
+        if cell["cell_type"] == "code":
+            cell["execution_count"] = i
+    nbmeta.apply(nb)
+    path.write_text(json.dumps(nb, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    return path
+
+
+def build(kind: str, tmp: Path) -> Path:
+    src = tmp / "executed"
+    src.mkdir(exist_ok=True)
+    executed_notebook(src / "demo.ipynb")
+    nbsite.build(kind, [src / "demo.ipynb"], tmp / kind, ROOT / "notebooks")
+    return tmp / kind
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("site")
+    return {"slides": build("slides", tmp), "html": build("html", tmp)}
+
+
+def test_slides_have_one_slide_per_section(built):
+    deck = (built["slides"] / "demo.slides.html").read_text(encoding="utf-8")
+    # nbconvert nests each slide's sub-slides in the slide's <section>: count the outer ones.
+    depth, top = 0, 0
+    for tag in re.findall(r"<(/?)section\b", deck):
+        if tag == "":
+            top += depth == 0
+            depth += 1
+        else:
+            depth -= 1
+    assert top == SECTIONS
+
+
+@pytest.mark.parametrize("kind,name", [("slides", "demo.slides.html"), ("html", "demo.html")])
+def test_outputs_need_no_network(built, kind, name):
+    page = (built[kind] / name).read_text(encoding="utf-8")
+    remote = re.findall(r"""(?:src|href)=["'](https?:[^"']+)""", page)
+    assert not remote, f"{name} loads from the network: {remote}"
+    for local in re.findall(r"""<(?:script|link)[^>]+(?:src|href)=["']([^"'?]+)""", page):
+        assert (built[kind] / local).is_file(), f"{name} refers to {local}, which is not there"
+    assert "MathJax.js" in page
+
+
+@pytest.mark.parametrize("kind,name", [("slides", "demo.slides.html"), ("html", "demo.html")])
+def test_markdown_figure_and_plot_are_embedded(built, kind, name):
+    page = (built[kind] / name).read_text(encoding="utf-8")
+    assert "../images/" not in page, "the Markdown figure should be embedded, not linked"
+    assert page.count("data:image/png;base64,") >= 2
+
+
+@pytest.mark.parametrize("kind", ["slides", "html"])
+def test_index_lists_notebooks_and_hardware(built, kind):
+    index = (built[kind] / "index.html").read_text(encoding="utf-8")
+    target = "demo.slides.html" if kind == "slides" else "demo.html"
+    assert f'href="{target}"' in index and "Demo deck" in index
+    assert "Test CPU, 2 cores" in index
+
+
+def test_index_shows_the_report_summary(tmp_path):
+    summary = tmp_path / "summary.json"
+    summary.write_text(json.dumps({
+        "profile": "ci", "generated": "2026-01-01T00:00:00+00:00", "total_seconds": 12.5,
+        "hardware": {"cpu": "Summary CPU", "cores": 2, "logical_cores": 2, "accelerators": [],
+                     "torch": "2.x", "profile": "ci", "ram_total": 2 ** 34},
+        "notebooks": [{"notebook": "demo.ipynb", "seconds": 3.25, "error": None}]}))
+    rows = [{"file": "demo.html", "notebook": "demo.ipynb", "title": "Demo", "hardware": "hw"}]
+    index = nbsite.write_index(tmp_path, "html", rows, summary, offline=True).read_text()
+    assert "Summary CPU" in index and "ran in 3.2 s" in index and "<code>ci</code>" in index
+    rows[0]["notebook"] = "other.ipynb"
+    summary.write_text(json.dumps({"notebooks": [{"notebook": "other.ipynb", "seconds": 1,
+                                                  "error": "cell 3: ValueError: boom"}]}))
+    index = nbsite.write_index(tmp_path, "html", rows, summary, offline=True).read_text()
+    assert "FAILED: cell 3: ValueError: boom" in index
+
+
+def test_build_rejects_bad_input(tmp_path):
+    with pytest.raises(ValueError, match="slides' or 'html"):
+        nbsite.build("pdf", [tmp_path / "x.ipynb"], tmp_path, ROOT / "notebooks")
+    with pytest.raises(FileNotFoundError, match="make report"):
+        nbsite.build("slides", [], tmp_path, ROOT / "notebooks")
+
+
+def test_notebook_without_slide_metadata_is_still_cut_into_slides(tmp_path, capsys):
+    path = executed_notebook(tmp_path / "demo.ipynb")
+    nb = json.loads(path.read_text())
+    for cell in nb["cells"]:
+        del cell["metadata"]["slideshow"]
+    path.write_text(json.dumps(nb))
+    rows = nbsite.build("slides", [path], tmp_path / "out", ROOT / "notebooks")
+    assert rows[0]["slides"] == SECTIONS
+    assert "run python tools/nbmeta.py" in capsys.readouterr().out
+
+
+def test_image_outside_the_repository_is_not_embedded(tmp_path):
+    nb = nbformat.from_dict(notebook([md("![x](../../../../etc/hostname)"), md("![y](https://a/b.png)")]))
+    assert nbsite.embed_markdown_images(nb, ROOT / "notebooks") == 0
+    assert nb.cells[1].source == "![y](https://a/b.png)"
+
+
+def test_command_line_builds_into_the_given_directory(tmp_path):
+    executed_notebook((tmp_path / "nbs").mkdir() or tmp_path / "nbs" / "demo.ipynb")
+    run = subprocess.run([sys.executable, str(ROOT / "tools" / "nbsite.py"), "html",
+                          "--notebooks", str(tmp_path / "nbs"), "--out", str(tmp_path / "out")],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert (tmp_path / "out" / "demo.html").is_file() and (tmp_path / "out" / "index.html").is_file()

@@ -1,0 +1,141 @@
+"""Set the metadata every notebook carries: the project's kernel and the slide of every cell.
+
+    python tools/nbmeta.py notebooks/*.ipynb          # rewrite the notebooks in place
+    python tools/nbmeta.py --check notebooks/*.ipynb  # exit 1 and list what would change
+
+The slides (`make slides`, and the RISE slideshow in `make lab`) are cut from this metadata, so it
+is derived from the cells themselves and rerun whenever a notebook changes:
+- a Markdown cell that starts with a `#` or `##` heading starts a new slide (one per section);
+- a `###` heading, or a cell that would overfill the current slide, starts a sub-slide (reveal.js
+  shows sub-slides below their slide: press the down arrow);
+- every other cell continues the current (sub-)slide ("-").
+Running it twice changes nothing, and it rewrites nothing but `metadata.kernelspec` and each cell's
+`metadata.slideshow`: the rest of the file keeps its bytes, because the file is written back in the
+same JSON layout it was read in (nbformat's: one space of indent, sorted keys, UTF-8).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from pathlib import Path
+
+KERNELSPEC = {
+    "display_name": "Python (d2l computational performance)",
+    "language": "python",
+    "name": "d2l-perf",
+}
+
+# A slide is 960x700 px with 19-20 px text (nbconvert's reveal template): about 24 lines fit.
+SLIDE_LINES = 24
+WRAP = 100            # characters per line before a long line wraps on a slide
+OUTPUT_LINES = 3      # allowance for what a code cell prints (the stored notebook has no outputs)
+FIGURE_LINES = 12     # a picture takes about half a slide
+_FIGURE_IN_MARKDOWN = re.compile(r"!\[[^\]]*\]\(|<img\b", re.I)
+# Code that draws: matplotlib calls and the d2l_extras plotting helpers (bar_chart, plot_*).
+_FIGURE_IN_CODE = re.compile(r"\b(plt\.\w+|bar_chart|plot_\w+)\s*\(")
+_HEADING = re.compile(r"(#{1,6})\s")
+
+
+def _source(cell: dict) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else src
+
+
+def heading_level(cell: dict) -> int:
+    """Level of the Markdown heading a cell starts with (1 for `#`), 0 if none."""
+    if cell.get("cell_type") != "markdown":
+        return 0
+    text = _source(cell).lstrip("\n")
+    match = _HEADING.match(text.lstrip(" ")) if text else None
+    return len(match.group(1)) if match else 0
+
+
+def cell_lines(cell: dict) -> int:
+    """Lines a cell takes on a slide, estimated from its source alone."""
+    src = _source(cell)
+    lines = sum(max(1, math.ceil(len(line) / WRAP)) for line in src.splitlines())
+    if cell.get("cell_type") == "markdown":
+        return lines + FIGURE_LINES * len(_FIGURE_IN_MARKDOWN.findall(src))
+    if cell.get("cell_type") == "code":
+        return lines + OUTPUT_LINES + (FIGURE_LINES if _FIGURE_IN_CODE.search(src) else 0)
+    return lines
+
+
+def slide_types(cells: list[dict]) -> list[str]:
+    """The slideshow `slide_type` of every cell (see the module docstring for the rules)."""
+    types, used = [], 0
+    for i, cell in enumerate(cells):
+        height, level = cell_lines(cell), heading_level(cell)
+        if i == 0 or level in (1, 2):
+            kind = "slide"
+        elif level >= 3 or used + height > SLIDE_LINES:
+            kind = "subslide"
+        else:
+            kind = "-"
+        used = height if kind != "-" else used + height
+        types.append(kind)
+    return types
+
+
+def apply(nb: dict) -> dict:
+    """Set the kernel and every cell's slide type in a notebook dict (in place); return it."""
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
+        raise ValueError("not a notebook: expected a JSON object with a 'cells' list")
+    nb.setdefault("metadata", {})["kernelspec"] = dict(KERNELSPEC)
+    for cell, kind in zip(nb["cells"], slide_types(nb["cells"])):
+        cell.setdefault("metadata", {})["slideshow"] = {"slide_type": kind}
+    return nb
+
+
+def detect_layout(text: str) -> dict:
+    """The json.dumps options that reproduce `text` byte for byte (nbformat's layout first)."""
+    data = json.loads(text)
+    for indent in (1, 2, 4, None):
+        for ensure_ascii in (False, True):
+            for sort_keys in (True, False):
+                opts = {"indent": indent, "ensure_ascii": ensure_ascii, "sort_keys": sort_keys}
+                if json.dumps(data, **opts) + "\n" == text or json.dumps(data, **opts) == text:
+                    opts["newline"] = text.endswith("\n")
+                    return opts
+    raise ValueError("the file's JSON layout is not one this tool can reproduce byte for byte; "
+                     "save it once with nbformat (e.g. open and save it in JupyterLab) and rerun")
+
+
+def rewrite(text: str) -> str:
+    """The notebook `text` with the metadata set, in the layout the text was written in."""
+    opts = detect_layout(text)
+    newline = opts.pop("newline")
+    return json.dumps(apply(json.loads(text)), **opts) + ("\n" if newline else "")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: set (or with --check, only verify) the metadata of the given notebooks."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("notebooks", nargs="+", type=Path)
+    parser.add_argument("--check", action="store_true",
+                        help="change nothing; exit 1 if a notebook's metadata is out of date")
+    args = parser.parse_args(argv)
+    stale = []
+    for path in args.notebooks:
+        text = path.read_text(encoding="utf-8")
+        new = rewrite(text)
+        if new == text:
+            continue
+        stale.append(path)
+        if not args.check:
+            # newline="" keeps the file's line endings exactly as json.dumps wrote them.
+            path.write_text(new, encoding="utf-8", newline="")
+    verb = "out of date" if args.check else "updated"
+    for path in stale:
+        print(f"{verb}: {path}")
+    if args.check and stale:
+        print(f"run: python tools/nbmeta.py {' '.join(str(p) for p in stale)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

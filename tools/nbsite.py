@@ -1,0 +1,298 @@
+"""Build reveal.js slide decks or static pages from executed notebooks (`make slides`, `make html`).
+
+    python tools/nbsite.py slides --notebooks build/report/notebooks --out build/slides
+    python tools/nbsite.py html   --notebooks build/report/notebooks --out build/html
+
+The notebooks given are executed copies (`make report` writes them); the output directory gets one
+file per notebook, an index.html that lists them with the hardware each one ran on, and local
+copies of reveal.js and MathJax, so that the decks and pages work without a network (in class).
+Figures the notebooks show with Markdown (`![caption](../images/NAME.png)`) are looked up beside
+the stored notebooks (--source) and embedded, so every page is a single file plus those copies.
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import html
+import importlib.util
+import json
+import mimetypes
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parents[1]
+TEMPLATES = Path(__file__).resolve().parent / "site" / "templates"
+try:  # the slide rules live in one place: tools/nbmeta.py
+    from tools import nbmeta
+except ImportError:  # run as a script (python tools/nbsite.py): tools/ is on sys.path
+    import nbmeta
+
+# Served from the network only when the packages that ship a local copy are missing.
+REVEAL_CDN = "https://unpkg.com/reveal.js@5.2.0"
+MATHJAX_CDN = "https://cdnjs.cloudflare.com/ajax/libs/mathjax/2.7.7/MathJax.js"
+MATHJAX_CONFIG = "?config=TeX-AMS-MML_HTMLorMML-full,Safe"
+_MD_IMAGE = re.compile(r"!\[([^\]]*)\]\(\s*([^)\s]+)(\s+\"[^\"]*\")?\s*\)")
+
+
+def _package_dir(name: str, *parts: str) -> Path | None:
+    """A data directory inside an installed package, without importing the package."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations)), *parts)
+    return path if path.is_dir() else None
+
+
+def reveal_dir() -> Path | None:
+    """reveal.js as shipped by the pinned sphinx-revealjs package (its dist/ and plugin/)."""
+    return _package_dir("sphinx_revealjs", "_static", "revealjs")
+
+
+def mathjax_dir() -> Path | None:
+    """MathJax 2 as shipped by the pinned jupyter-server-mathjax package."""
+    return _package_dir("jupyter_server_mathjax", "static")
+
+
+def _copy_tree(src: Path, dst: Path, skip=("*.map", "*.esm.js", "*.scss")) -> None:
+    if dst.exists():
+        shutil.rmtree(dst)
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns(*skip))
+
+
+def copy_assets(out: Path, slides: bool) -> dict:
+    """Put reveal.js (for slides) and MathJax next to the output; return the URLs to use."""
+    urls = {"mathjax": MATHJAX_CDN + MATHJAX_CONFIG, "reveal": REVEAL_CDN, "offline": True}
+    mj = mathjax_dir()
+    if mj is not None:
+        _copy_tree(mj, out / "mathjax")
+        urls["mathjax"] = "mathjax/MathJax.js" + MATHJAX_CONFIG
+    else:
+        urls["offline"] = False
+        print("notice: jupyter-server-mathjax is not installed; the math loads from a CDN")
+    if slides:
+        rv = reveal_dir()
+        if rv is not None:
+            (out / "reveal.js").mkdir(parents=True, exist_ok=True)
+            _copy_tree(rv / "dist", out / "reveal.js" / "dist")
+            _copy_tree(rv / "plugin" / "notes", out / "reveal.js" / "plugin" / "notes")
+            shutil.copy2(rv / "LICENSE", out / "reveal.js" / "LICENSE")
+            urls["reveal"] = "reveal.js"
+        else:
+            urls["offline"] = False
+            print("notice: sphinx-revealjs is not installed; the decks load reveal.js from a CDN "
+                  "and need the network when presented")
+    return urls
+
+
+def embed_markdown_images(nb, source_dir: Path) -> int:
+    """Turn `![c](../images/x.png)` into cell attachments, so the page carries the picture.
+
+    Paths are resolved against `source_dir` (where the stored notebook lives, since the executed
+    copy lives elsewhere) and must stay inside the repository. Returns how many were embedded.
+    """
+    count = 0
+    for cell in nb.cells:
+        if cell.cell_type != "markdown":
+            continue
+
+        def attach(match: re.Match) -> str:
+            nonlocal count
+            alt, src, title = match.group(1), match.group(2), match.group(3) or ""
+            if re.match(r"^[a-z][a-z0-9+.-]*:", src, re.I):   # http:, data:, attachment:
+                return match.group(0)
+            path = (source_dir / src).resolve()
+            if not path.is_file() or ROOT not in path.parents:
+                print(f"warning: image {src} not found under {ROOT}; the page links to it as is")
+                return match.group(0)
+            mime = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+            name = path.name
+            cell.setdefault("attachments", {})[name] = {
+                mime: base64.b64encode(path.read_bytes()).decode("ascii")}
+            count += 1
+            return f"![{alt}](attachment:{name}{title})"
+
+        cell.source = _MD_IMAGE.sub(attach, cell.source)
+    return count
+
+
+def title_of(nb) -> str:
+    """The notebook's first heading."""
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            for line in cell.source.splitlines():
+                if line.startswith("#"):
+                    return line.lstrip("#").strip()
+    return ""
+
+
+def hardware_of(nb) -> str:
+    """What the first code cell (dx.hardware_report()) printed in this executed notebook."""
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            text = "".join(out.get("text", "") for out in cell.get("outputs", [])
+                           if out.get("output_type") == "stream")
+            return text.strip()
+    return ""
+
+
+def was_executed(nb) -> bool:
+    """True if any code cell has outputs or an execution count."""
+    return any(c.cell_type == "code" and (c.get("outputs") or c.get("execution_count"))
+               for c in nb.cells)
+
+
+def _exporter(kind: str, urls: dict):
+    from nbconvert import HTMLExporter, SlidesExporter
+    # basedirs: where d2l_slides/ and d2l_page/ are found; paths: their shared d2l_*.j2 parts.
+    common = dict(extra_template_basedirs=[str(TEMPLATES)], extra_template_paths=[str(TEMPLATES)],
+                  mathjax_url=urls["mathjax"],
+                  exclude_input_prompt=False)
+    if kind == "slides":
+        return SlidesExporter(template_name="d2l_slides", reveal_url_prefix=urls["reveal"],
+                              reveal_theme="white", reveal_number="c/t", **common)
+    return HTMLExporter(template_name="d2l_page", **common)
+
+
+def build(kind: str, notebooks: list[Path], out: Path, source_dir: Path,
+          summary: Path | None = None) -> list[dict]:
+    """Convert `notebooks` into `out` (slides or html); write index.html; return one row each."""
+    if kind not in ("slides", "html"):
+        raise ValueError(f"kind must be 'slides' or 'html', got {kind!r}")
+    if not notebooks:
+        raise FileNotFoundError("no notebooks to convert: run `make report` first, which "
+                                "executes them into build/report/notebooks/")
+    out.mkdir(parents=True, exist_ok=True)
+    urls = copy_assets(out, slides=kind == "slides")
+    exporter = _exporter(kind, urls)
+    rows = []
+    for path in notebooks:
+        nb = nbformat.read(path, as_version=4)
+        if not was_executed(nb):
+            print(f"warning: {path.name} has no outputs: it was not executed")
+        if kind == "slides" and any("slideshow" not in c.metadata for c in nb.cells):
+            # The stored notebook should carry them (tests check it); cut slides all the same.
+            print(f"notice: {path.name} has cells without slide metadata; "
+                  f"run python tools/nbmeta.py notebooks/{path.name}")
+            nb = nbformat.from_dict(nbmeta.apply(nb))
+        embed_markdown_images(nb, source_dir)
+        body, _ = exporter.from_notebook_node(nb, resources={
+            "metadata": {"name": title_of(nb) or path.stem, "path": str(source_dir)}})
+        target = out / (path.stem + (".slides.html" if kind == "slides" else ".html"))
+        target.write_text(body, encoding="utf-8")
+        rows.append({"file": target.name, "notebook": path.name, "title": title_of(nb),
+                     "hardware": hardware_of(nb), "executed": was_executed(nb),
+                     "slides": sum(c.metadata.get("slideshow", {}).get("slide_type") == "slide"
+                                   for c in nb.cells)})
+    write_index(out, kind, rows, summary, urls["offline"])
+    return rows
+
+
+def read_summary(summary: Path | None) -> dict:
+    """`make report`'s summary.json (tools/report.py), or {} where there is none."""
+    if summary is None or not summary.is_file():
+        return {}
+    try:
+        data = json.loads(summary.read_text(encoding="utf-8"))
+    except ValueError:
+        print(f"warning: {summary} is not valid JSON; the index leaves the run summary out")
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def describe_hardware(hw) -> str:
+    """One line per part of a dx.hardware_report(verbose=False) dictionary."""
+    if not isinstance(hw, dict):
+        return str(hw or "")
+    gib = 1024 ** 3
+    lines = [f"CPU: {hw.get('cpu')}, {hw.get('cores')} cores ({hw.get('logical_cores')} logical)"]
+    if hw.get("ram_total"):
+        lines.append(f"RAM: {hw['ram_total'] / gib:.1f} GiB")
+    for acc in hw.get("accelerators") or []:
+        lines.append(f"{acc.get('device')}: {acc.get('name')}, {acc.get('memory', 0) / gib:.1f} GiB")
+    if not hw.get("accelerators"):
+        lines.append("GPU: none")
+    lines.append(f"torch {hw.get('torch')}, profile {hw.get('profile')}")
+    return "\n".join(lines)
+
+
+def write_index(out: Path, kind: str, rows: list[dict], summary: Path | None,
+                offline: bool) -> Path:
+    """index.html: every notebook, its link, how its run went, and the hardware it ran on."""
+    what = "slides" if kind == "slides" else "pages"
+    hint = ("Keys: arrows move between slides (down: the next part of a long section), "
+            "<kbd>S</kbd> opens the speaker view, <kbd>Esc</kbd> the overview."
+            if kind == "slides" else "Each page shows a notebook with the outputs of one run.")
+    net = "" if offline else "<p><b>These files load reveal.js or MathJax from the network.</b></p>"
+    report = read_summary(summary)
+    runs = {run.get("notebook"): run for run in report.get("notebooks", [])
+            if isinstance(run, dict)}
+    head = ""
+    if report:
+        head = (f"<h2>The run</h2><p>Profile <code>{html.escape(str(report.get('profile')))}"
+                f"</code>, generated {html.escape(str(report.get('generated')))}, "
+                f"{report.get('total_seconds', 0):.0f} s in all.</p>"
+                f"<pre>{html.escape(describe_hardware(report.get('hardware')))}</pre>")
+    items = []
+    for row in rows:
+        hw = row["hardware"] or "(no hardware report in the first output: not executed)"
+        run = runs.get(row["notebook"], {})
+        status = ""
+        if run:
+            status = (f" FAILED: {html.escape(str(run['error']))}" if run.get("error")
+                      else f" ran in {run.get('seconds', 0):.1f} s")
+        items.append(
+            f'<li><a href="{html.escape(row["file"])}">{html.escape(row["title"] or row["notebook"])}'
+            f'</a> <small>({html.escape(row["notebook"])}{status})</small>'
+            f"<pre>{html.escape(hw)}</pre></li>")
+    body = f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>Computational Performance: {what}</title>
+<style>
+body {{ font-family: sans-serif; max-width: 60em; margin: 2em auto; padding: 0 1em; }}
+pre {{ background: #f5f5f5; padding: 0.5em; font-size: 0.85em; white-space: pre-wrap; }}
+li {{ margin-bottom: 1em; }}
+</style>
+</head>
+<body>
+<h1>Computational Performance: {what}</h1>
+<p>Built from executed notebooks. Under each one: the hardware it ran on, as its first cell
+reported it. {hint}</p>
+{net}
+{head}
+<ol>
+{chr(10).join(items)}
+</ol>
+</body>
+</html>
+"""
+    path = out / "index.html"
+    path.write_text(body, encoding="utf-8")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: see the module docstring."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("kind", choices=["slides", "html"])
+    parser.add_argument("--notebooks", type=Path, default=ROOT / "build" / "report" / "notebooks",
+                        help="directory of executed notebooks (default: build/report/notebooks)")
+    parser.add_argument("--out", type=Path, help="output directory (default: build/KIND)")
+    parser.add_argument("--source", type=Path, default=ROOT / "notebooks",
+                        help="directory of the stored notebooks, for their Markdown images")
+    parser.add_argument("--summary", type=Path, help="make report's summary JSON (optional)")
+    args = parser.parse_args(argv)
+    out = args.out or ROOT / "build" / args.kind
+    notebooks = sorted(args.notebooks.glob("*.ipynb")) if args.notebooks.is_dir() else []
+    rows = build(args.kind, notebooks, out, args.source, args.summary)
+    print(f"{len(rows)} {args.kind} written to {out}/ (open {out / 'index.html'})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
