@@ -261,15 +261,21 @@ def comm_overlap(events) -> dict:
 def step_timeline(step, device: torch.device) -> list[dict]:
     """Profile one call of step(); return its events as dicts (lane, start, kind...) for JSON."""
     events = trace_events(profile_trace(step, [device]))
-    gloo_lanes = {ev.lane for ev in events if ev.name.startswith(("gloo:", "nccl:"))}
+    # gloo runs its collectives on threads of its own: lanes that hold nothing else
+    lanes: dict[str, bool] = {}
+    for ev in events:
+        comm = ev.name.startswith(("gloo:", "nccl:"))
+        lanes[ev.lane] = lanes.get(ev.lane, True) and comm
     out = []
     for ev in events:
-        lane = ev.lane
-        if lane in gloo_lanes:
+        lane, comm_lane = ev.lane, lanes[ev.lane] and ev.lane.startswith("CPU")
+        if comm_lane:
             lane = lane.replace("CPU thread", "communication thread")
-        out.append(asdict(TimelineEvent(ev.name, lane, ev.start, ev.duration,
-                                        _kind(ev.name, ev.lane in gloo_lanes)
-                                        if ev.kind == "cpu op" else ev.kind)))
+        if ev.kind == "cpu op":
+            kind = _kind(ev.name, comm_lane)
+        else:  # on a GPU: NCCL's allreduce is a kernel of its own, beside the compute kernels
+            kind = "allreduce" if "nccl" in ev.name.lower() else ev.kind
+        out.append(asdict(TimelineEvent(ev.name, lane, ev.start, ev.duration, kind)))
     return out
 
 
