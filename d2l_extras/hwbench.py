@@ -1,9 +1,16 @@
-"""Measure this machine: memory, caches, vector units, matmul, storage, GPU links (bounded)."""
+"""Measure this machine: memory, caches, vector units, matmul, storage, GPU links (bounded).
+
+Each measurement is a few lines around `time_per_call`, which keeps the calibration (how many
+calls make one timed stretch) and the time budget. Every function takes `clock=`: tests and
+notebooks pass a `TickClock` to check what is counted (bytes, FLOPs, elements) exactly, with no
+dependence on how fast or how busy the machine is.
+"""
 from __future__ import annotations
 
 import math
 import os
 import random
+import re
 import shutil
 import socket
 import statistics
@@ -13,19 +20,22 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import torch
 
 from .hardware import default_device, fit_to_memory, whole_number
 from .profiles import by_profile
-from .timing import Benchmark, Measurement
+from .sizes import problem_size
+from .timing import Measurement, synchronize
 
 KiB, MiB, GiB = 1024, 1024 ** 2, 1024 ** 3
 GB = 1e9  # rates are decimal (GB/s, GFLOP/s) as vendors print them; sizes are binary (KiB, MiB)
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32,
           "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+Clock = Callable[[], float]
 
 
 # --- argument checks: every public function rejects nonsense with a message saying what is valid
@@ -53,26 +63,55 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 # --- timing: calibrate how many calls make one timed repeat, then take the median
 
-def _measure(fn: Callable[[], object], name: str, devices: Sequence[torch.device],
-             repeats: int = 5, min_time: float = 0.005, budget: float = 2.0) -> Measurement:
-    """Time the first call apart, then `repeats` batches lasting >= min_time; stop at `budget` s."""
+class TickClock:
+    """A fake clock that advances `step` seconds each time it is read (for exact checks)."""
+
+    def __init__(self, step: float = 1.0):
+        if not (isinstance(step, (int, float)) and step > 0):
+            raise ValueError(f"TickClock needs a step > 0 seconds, got {step!r}")
+        self.step, self.now, self.reads = float(step), 0.0, 0
+
+    def __call__(self) -> float:
+        self.reads += 1
+        self.now += self.step
+        return self.now
+
+
+def time_per_call(fn: Callable[[], object], devices: Iterable[torch.device | str] = (),
+                  repeats: int = 5, min_time: float = 0.005, budget: float = 2.0, *,
+                  clock: Clock = time.perf_counter, name: str = "") -> Measurement:
+    """Seconds per call of fn: the first call apart, then `repeats` batches lasting >= min_time.
+
+    Stops early once `budget` seconds (of `clock`) have passed, so that a busy machine cannot
+    stretch a notebook. The devices are synchronized before every clock read.
+    """
+    if not callable(fn):
+        raise TypeError(f"time_per_call() needs a function to call, got {type(fn).__name__}")
     repeats = whole_number(repeats, "repeats")
-    devices = [d for d in devices if d.type != "cpu"]  # CPU operators finish before returning
-    with Benchmark(devices=devices, verbose=False) as first:
-        fn()
-    with Benchmark(devices=devices, verbose=False) as probe:
-        fn()
+    if not min_time >= 0 or not budget > 0:
+        raise ValueError(f"time_per_call() needs min_time >= 0 and budget > 0 seconds, "
+                         f"got min_time={min_time}, budget={budget}")
+    # CPU operators finish before returning; accelerators queue work and must be waited for.
+    devices = [d for d in (torch.device(d) for d in devices) if d.type != "cpu"]
+
+    def timed(number: int) -> float:
+        synchronize(devices)  # work queued earlier must not be billed to this stretch
+        start = clock()
+        for _ in range(number):
+            fn()
+        synchronize(devices)  # and ours must have finished before the clock stops
+        return clock() - start
+
+    cold = timed(1)   # warm-up: allocation, caches, compilation, lazy initialization
+    probe = timed(1)
     # Tiny operations are timed in batches: one clock read costs about as much as they do.
-    number = max(1, min(100_000, math.ceil(min_time / max(probe.elapsed, 1e-7))))
-    warm, deadline = [], time.perf_counter() + budget
+    number = max(1, min(100_000, math.ceil(min_time / max(probe, 1e-7))))
+    deadline, warm = clock() + budget, []
     for _ in range(repeats):
-        with Benchmark(devices=devices, verbose=False) as run:
-            for _ in range(number):
-                fn()
-        warm.append(run.elapsed / number)
-        if time.perf_counter() > deadline:  # a busy machine must not stretch a notebook
+        warm.append(timed(number) / number)
+        if clock() > deadline:
             break
-    return Measurement(name, first.elapsed, warm)
+    return Measurement(name or getattr(fn, "__name__", "fn"), cold, warm)
 
 
 def machine_load() -> float | None:
@@ -109,16 +148,17 @@ class Rate:
 # --- memory
 
 def copy_bandwidth(n_bytes: int | None = None, device: torch.device | str | None = "cpu",
-                   repeats: int = 5) -> Rate:
+                   repeats: int = 5, *, clock: Clock = time.perf_counter) -> Rate:
     """Copy one buffer into another; bytes read plus bytes written per second (STREAM 'copy')."""
     device = _as_device(device)
-    if n_bytes is None:  # beyond any CPU's last-level cache, so this is RAM (or GPU memory)
+    if n_bytes is None:  # beyond most CPUs' last-level cache, so this is RAM (or GPU memory)
         n_bytes = by_profile(64 * MiB, 256 * MiB, 1 * GiB)
     n = fit_to_memory(whole_number(n_bytes, "n_bytes") // 4 or 1, 8, device, fraction=0.25)
     src = torch.ones(n, dtype=torch.float32, device=device)
     dst = torch.empty_like(src)
-    m = _measure(lambda: dst.copy_(src), "copy", [device], repeats)
-    return Rate(f"copy on {device}", 2 * src.nbytes, m.median, "B", {"n_bytes": src.nbytes})
+    m = time_per_call(lambda: dst.copy_(src), [device], repeats, clock=clock, name="copy")
+    return Rate(f"copy on {device}", 2 * src.nbytes, m.median, "B",
+                {"n_bytes": src.nbytes, "cold": m.cold, "best": min(m.warm)})
 
 
 @dataclass
@@ -137,7 +177,8 @@ class Gather:
 
 
 def gather_time(n: int | None = None, source_bytes: int | None = None,
-                device: torch.device | str | None = "cpu", repeats: int = 5) -> Gather:
+                device: torch.device | str | None = "cpu", repeats: int = 5, *,
+                clock: Clock = time.perf_counter) -> Gather:
     """Gather n float32 values from a large source: random indices vs consecutive ones."""
     device = _as_device(device)
     n = whole_number(n if n is not None else by_profile(2 ** 20, 2 ** 22, 2 ** 24), "n")
@@ -150,10 +191,10 @@ def gather_time(n: int | None = None, source_bytes: int | None = None,
     gen = torch.Generator().manual_seed(0)
     scattered = torch.randint(0, size, (n,), generator=gen).to(device)
     consecutive = (torch.arange(n) % size).to(device)
-    rand = _measure(lambda: torch.index_select(source, 0, scattered, out=out), "random",
-                    [device], repeats)
-    cont = _measure(lambda: torch.index_select(source, 0, consecutive, out=out), "contiguous",
-                    [device], repeats)
+    rand = time_per_call(lambda: torch.index_select(source, 0, scattered, out=out), [device],
+                         repeats, clock=clock, name="random")
+    cont = time_per_call(lambda: torch.index_select(source, 0, consecutive, out=out), [device],
+                         repeats, clock=clock, name="contiguous")
     return Gather(n, source.nbytes, rand.median / n, cont.median / n)
 
 
@@ -167,10 +208,12 @@ class CacheSweep:
 
 
 def default_sweep_sizes(largest: int | None = None) -> list[int]:
-    """Working sets from 4 KiB to beyond the last-level cache (x4 steps in ci, x2 otherwise)."""
+    """Working sets from 4 KiB to beyond the last-level cache, capped by the profile."""
     if largest is None:
         llc = max((cache_sizes() or {}).values(), default=32 * MiB)
-        largest = max(4 * llc, 64 * MiB)
+        # Some servers (and VMs) report hundreds of MiB of L3: the cap keeps ci and class quick.
+        largest = min(max(4 * llc, 64 * MiB), by_profile(64 * MiB, 512 * MiB, 16 * GiB),
+                      fit_to_memory(16 * GiB, 1, "cpu", 0.25))   # and a quarter of free RAM
     step = by_profile(4, 2, 2)
     sizes, s = [], 4 * KiB
     while s <= whole_number(largest, "largest"):
@@ -180,7 +223,8 @@ def default_sweep_sizes(largest: int | None = None) -> list[int]:
 
 
 def cache_sweep(sizes: Sequence[int] | None = None, lookups: int | None = None,
-                device: torch.device | str | None = "cpu", repeats: int = 5) -> CacheSweep:
+                device: torch.device | str | None = "cpu", repeats: int = 5, *,
+                clock: Clock = time.perf_counter) -> CacheSweep:
     """Time random reads inside working sets of growing size: steps appear at each cache size."""
     device = _as_device(device)
     sizes = list(default_sweep_sizes() if sizes is None else sizes)
@@ -201,8 +245,8 @@ def cache_sweep(sizes: Sequence[int] | None = None, lookups: int | None = None,
         # int32 indices: fewer bytes streaming past the cache we are trying to observe
         idx = torch.randint(0, n, (lookups,), generator=gen, dtype=torch.int32).to(device)
         # longer batches than elsewhere: the steps are small, so noise must be smaller still
-        m = _measure(lambda: torch.index_select(source, 0, idx, out=out), f"{s}", [device],
-                     repeats, min_time=0.02)
+        m = time_per_call(lambda: torch.index_select(source, 0, idx, out=out), [device],
+                          repeats, min_time=0.02, clock=clock, name=f"{s}")
         result.append(m.median / lookups)
         del source, idx
     return CacheSweep(actual, result, str(device))
@@ -265,7 +309,8 @@ class LoopVsVector:
         return self.loop_s / self.vector_s
 
 
-def loop_vs_vectorized(n: int | None = None, repeats: int = 3) -> LoopVsVector:
+def loop_vs_vectorized(n: int | None = None, repeats: int = 3, *,
+                       clock: Clock = time.perf_counter) -> LoopVsVector:
     """Time a*x + y elementwise in a Python loop and as one torch operation on the CPU."""
     n = whole_number(n if n is not None else by_profile(10 ** 6, 10 ** 6, 10 ** 7), "n")
     x, y = torch.rand(n), torch.rand(n)
@@ -278,8 +323,8 @@ def loop_vs_vectorized(n: int | None = None, repeats: int = 3) -> LoopVsVector:
     def vector():
         return torch.add(y, x, alpha=2.0)
 
-    lm = _measure(loop, "loop", [], repeats, min_time=0)
-    vm = _measure(vector, "vector", [], repeats)
+    lm = time_per_call(loop, [], repeats, min_time=0, clock=clock, name="loop")
+    vm = time_per_call(vector, [], repeats, clock=clock, name="vector")
     # Same arithmetic, so the same numbers (torch.testing would import a lot; allclose will do).
     if not torch.allclose(torch.tensor(out, dtype=torch.float32), vector()):
         raise AssertionError("the loop and the vectorized a*x + y disagree")
@@ -301,7 +346,8 @@ def dtype_supported(dtype: str | torch.dtype, device: torch.device | str | None 
 
 
 def matmul_rate(n: int, dtype: str | torch.dtype = "float32",
-                device: torch.device | str | None = None, repeats: int = 5) -> Rate:
+                device: torch.device | str | None = None, repeats: int = 5, *,
+                clock: Clock = time.perf_counter) -> Rate:
     """FLOP/s of an n x n matrix product (2 n^3 operations per call)."""
     n, dtype, device = whole_number(n, "n"), _as_dtype(dtype), _as_device(device)
     if not dtype_supported(dtype, device):
@@ -313,20 +359,20 @@ def matmul_rate(n: int, dtype: str | torch.dtype = "float32",
     a = torch.rand(n, n, device=device).to(dtype)
     b = torch.rand(n, n, device=device).to(dtype)
     c = torch.empty(n, n, device=device, dtype=dtype)
-    m = _measure(lambda: torch.mm(a, b, out=c), f"{n}", [device], repeats)
+    m = time_per_call(lambda: torch.mm(a, b, out=c), [device], repeats, clock=clock,
+                      name=f"{n}")
     return Rate(f"matmul {n} {_dtype_name(dtype)}", 2 * n ** 3, m.median, "FLOP",
-                {"n": n, "dtype": _dtype_name(dtype), "cold": m.cold})
+                {"n": n, "dtype": _dtype_name(dtype), "cold": m.cold, "best": min(m.warm)})
 
 
 def matmul_sweep(sizes: Sequence[int] | None = None,
                  dtypes: Sequence[str | torch.dtype] = ("float64", "float32", "bfloat16"),
-                 device: torch.device | str | None = None, repeats: int = 3) -> list[Rate]:
+                 device: torch.device | str | None = None, repeats: int = 3, *,
+                 clock: Clock = time.perf_counter) -> list[Rate]:
     """matmul_rate for every size and every dtype this device supports (others are skipped)."""
     device = _as_device(device)
     if sizes is None:
-        top = by_profile(512, 1024, 2048) if device.type == "cpu" else \
-            by_profile(2048, 8192, 16384)
-        sizes = [s for s in (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384) if s <= top]
+        sizes = default_matmul_sizes(device)
     if not sizes or not dtypes:
         raise ValueError("matmul_sweep needs at least one size and one dtype")
     rates = []
@@ -337,8 +383,15 @@ def matmul_sweep(sizes: Sequence[int] | None = None,
         for n in sizes:
             if fit_to_memory(n * n, 3 * itemsize, device, 0.5) < n * n:
                 break  # larger sizes do not fit either
-            rates.append(matmul_rate(n, dtype, device, repeats))
+            rates.append(matmul_rate(n, dtype, device, repeats, clock=clock))
     return rates
+
+
+def default_matmul_sizes(device: torch.device | str | None = None) -> list[int]:
+    """Matrix sides from 64 up to the profile's largest for this kind of device."""
+    device = _as_device(device)
+    top = by_profile(512, 1024, 2048) if device.type == "cpu" else by_profile(2048, 8192, 16384)
+    return [s for s in (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384) if s <= top]
 
 
 # --- the roofline: which operations the memory limits and which the arithmetic limits
@@ -351,6 +404,7 @@ class Kernel:
     flops: float
     bytes: float
     seconds: float
+    size: int = 0      # the n, m or k the counts were made for
 
     @property
     def intensity(self) -> float:
@@ -362,6 +416,11 @@ class Kernel:
         """Measured GFLOP/s."""
         return self.flops / self.seconds / GB
 
+    @property
+    def gbps(self) -> float:
+        """Counted bytes moved per second, in GB/s."""
+        return self.bytes / self.seconds / GB
+
 
 def attainable(intensity: float, bandwidth_gbps: float, peak_gflops: float) -> float:
     """Roofline bound in GFLOP/s: min(peak, bandwidth x intensity)."""
@@ -370,23 +429,74 @@ def attainable(intensity: float, bandwidth_gbps: float, peak_gflops: float) -> f
     return min(peak_gflops, bandwidth_gbps * intensity)
 
 
-def roofline_kernels(n: int | None = None, device: torch.device | str | None = "cpu",
-                     repeats: int = 3) -> list[Kernel]:
-    """Measure vector add (n), matrix-vector (sqrt n) and matrix-matrix products in float32."""
+@dataclass
+class Roof:
+    """The best bandwidth and arithmetic rate measured in this run, and what each probe gave."""
+
+    bandwidth_gbps: float
+    peak_gflops: float
+    probes: dict = field(default_factory=dict)   # probe name -> best GB/s or GFLOP/s
+
+    @property
+    def ridge(self) -> float:
+        """FLOP per byte where the arithmetic, not the memory, becomes the limit."""
+        return self.peak_gflops / self.bandwidth_gbps
+
+    def attainable(self, intensity: float) -> float:
+        """Roofline bound in GFLOP/s at this arithmetic intensity."""
+        return attainable(intensity, self.bandwidth_gbps, self.peak_gflops)
+
+
+def roof_violations(kernels: Sequence[Kernel], roof: Roof, tolerance: float = 0.1) -> list[str]:
+    """Kernels measured above the roof by more than `tolerance` (a fraction), described."""
+    if not 0 <= tolerance < 1:
+        raise ValueError(f"tolerance is a fraction in [0, 1), got {tolerance}")
+    return [f"{k.name}: {k.gflops:.3g} GFLOP/s > roof {roof.attainable(k.intensity):.3g}"
+            for k in kernels if k.gflops > (1 + tolerance) * roof.attainable(k.intensity)]
+
+
+def roofline(n: int | None = None, k: int | None = None,
+             device: torch.device | str | None = "cpu", repeats: int = 3, *,
+             clock: Clock = time.perf_counter) -> tuple[Roof, list[Kernel]]:
+    """Measure vector add (n), matrix-vector (sqrt n) and matrix-matrix (k) products in float32,
+    and the roof they live under, measured around them in the same run: the best streaming read,
+    the best copy and the best k x k matmul, before and after the three kernels.
+    """
     device = _as_device(device)
-    n = whole_number(n if n is not None else by_profile(2 ** 22, 2 ** 24, 2 ** 25), "n")
-    n = fit_to_memory(n, 3 * 4, device, 0.25)
-    m = max(1, math.isqrt(n))             # the matrix-vector product reads an m x m matrix
-    k = min(m, by_profile(512, 1024, 2048))  # matrix-matrix: compute bound well before this
+    n = whole_number(n, "n") if n is not None else problem_size("roofline_stream", device)
+    # x, y, z and an m x m matrix with m*m <= n: 16 bytes per element of n at most
+    n = fit_to_memory(n, 16, device, 0.25)
+    m = max(1, math.isqrt(n))                # the matrix-vector product reads an m x m matrix
     x, y, z = (torch.rand(n, device=device) for _ in range(3))
     A, v, w = torch.rand(m, m, device=device), torch.rand(m, device=device), \
         torch.empty(m, device=device)
+    # The matmul is sized after the vectors exist, so that its share of free memory is real.
+    k = whole_number(k, "k") if k is not None else problem_size("roofline_matmul", device)
+    if fit_to_memory(k * k, 3 * 4, device, 0.5, minimum=1) < k * k:
+        raise ValueError(f"three {k} x {k} float32 matrices do not fit in half of the free "
+                         f"memory of {device}; pick a smaller k")
     P, Q, R = (torch.rand(k, k, device=device) for _ in range(3))
-    jobs = [("vector add", lambda: torch.add(x, y, out=z), n, 3 * 4 * n),
-            ("matrix-vector", lambda: torch.mv(A, v, out=w), 2 * m * m, 4 * (m * m + 2 * m)),
-            ("matrix-matrix", lambda: torch.mm(P, Q, out=R), 2 * k ** 3, 3 * 4 * k * k)]
-    return [Kernel(name, flops, nbytes, _measure(fn, name, [device], repeats).median)
-            for name, fn, flops, nbytes in jobs]
+    s = torch.empty((), device=device)
+    probes = {"read": (lambda: torch.sum(x, 0, out=s), 4 * n),      # reads x once
+              "copy": (lambda: y.copy_(x), 2 * 4 * n),             # reads x, writes y
+              "matmul": (lambda: torch.mm(P, Q, out=R), 2 * k ** 3)}
+    best = dict.fromkeys(probes, 0.0)
+
+    def probe_all():
+        for name, (fn, amount) in probes.items():
+            t = time_per_call(fn, [device], repeats, clock=clock, name=name)
+            best[name] = max(best[name], amount / min(t.warm) / GB)   # best repeat: the roof
+
+    probe_all()
+    jobs = [("vector add", lambda: torch.add(x, y, out=z), n, 3 * 4 * n, n),
+            ("matrix-vector", lambda: torch.mv(A, v, out=w), 2 * m * m, 4 * (m * m + 2 * m), m),
+            ("matrix-matrix", lambda: torch.mm(P, Q, out=R), 2 * k ** 3, 3 * 4 * k * k, k)]
+    kernels = [Kernel(name, flops, nbytes,
+                      time_per_call(fn, [device], repeats, clock=clock, name=name).median, size)
+               for name, fn, flops, nbytes, size in jobs]
+    probe_all()  # after as well: a burst of load during the first probes must not lower the roof
+    roof = Roof(max(best["read"], best["copy"]), best["matmul"], dict(best))
+    return roof, kernels
 
 
 # --- storage
@@ -433,7 +543,8 @@ def _pread(fd: int, size: int, offset: int) -> bytes:
 
 
 def storage_reads(n_bytes: int | None = None, block: int = 4 * KiB, n_random: int | None = None,
-                  directory: str | None = None, repeats: int = 3) -> StorageReads:
+                  directory: str | None = None, repeats: int = 3, *,
+                  clock: Clock = time.perf_counter) -> StorageReads:
     """Write a temporary file, then time sequential and random reads; the file is always removed."""
     n_bytes = whole_number(n_bytes if n_bytes is not None else
                            by_profile(32 * MiB, 256 * MiB, 1 * GiB), "n_bytes")
@@ -460,20 +571,20 @@ def storage_reads(n_bytes: int | None = None, block: int = 4 * KiB, n_random: in
             seq, rnd, dropped = [], [], True
             for _ in range(repeats):
                 dropped &= _drop_cache(fd)
-                start = time.perf_counter()
+                start = clock()
                 os.lseek(fd, 0, os.SEEK_SET)
                 with open(fd, "rb", buffering=0, closefd=False) as f:
                     while f.readinto(buf):
                         pass
-                seq.append(time.perf_counter() - start)
+                seq.append(clock() - start)
             dropped &= _drop_cache(fd)
             rng = random.Random(0)
             blocks = n_bytes // block
             for _ in range(n_random):
                 offset = rng.randrange(blocks) * block
-                start = time.perf_counter()
+                start = clock()
                 _pread(fd, block, offset)
-                rnd.append(time.perf_counter() - start)
+                rnd.append(clock() - start)
         finally:
             os.close(fd)
     return StorageReads(n_bytes, block, statistics.median(seq), statistics.median(rnd), dropped)
@@ -505,7 +616,7 @@ def _recv_exactly(conn: socket.socket, n: int, buf: bytearray) -> None:
 
 
 def loopback_network(n_bytes: int | None = None, pings: int | None = None, repeats: int = 3,
-                     timeout: float = 10.0) -> Loopback:
+                     timeout: float = 10.0, *, clock: Clock = time.perf_counter) -> Loopback:
     """TCP on 127.0.0.1 (an echo thread plays the peer): 1-byte round trips, bulk send of n_bytes."""
     n_bytes = whole_number(n_bytes if n_bytes is not None else
                            by_profile(64 * MiB, 256 * MiB, 1 * GiB), "n_bytes")
@@ -542,18 +653,18 @@ def loopback_network(n_bytes: int | None = None, pings: int | None = None, repea
             client.sendall(b"p")  # warm-up round trip, not timed
             _recv_exactly(client, 1, one)
             for _ in range(repeats):
-                start = time.perf_counter()
+                start = clock()
                 for _ in range(pings):
                     client.sendall(b"p")
                     _recv_exactly(client, 1, one)
-                rtts.append((time.perf_counter() - start) / pings)
+                rtts.append((clock() - start) / pings)
             for i in range(repeats + 1):
-                start = time.perf_counter()
+                start = clock()
                 for sent in range(0, n_bytes, len(chunk)):
                     client.sendall(chunk[: min(len(chunk), n_bytes - sent)])
                 _recv_exactly(client, 1, one)  # the receipt: every byte has arrived
                 if i:  # the first transfer grows the socket buffers: time it apart
-                    bulks.append(time.perf_counter() - start)
+                    bulks.append(clock() - start)
     finally:
         worker.join(timeout)
         server.close()
@@ -570,7 +681,8 @@ def _need_accelerator(device: torch.device, what: str) -> None:
 
 
 def host_device_bandwidth(device: torch.device | str | None = None, n_bytes: int | None = None,
-                          pinned: bool = False, repeats: int = 5) -> dict[str, Rate]:
+                          pinned: bool = False, repeats: int = 5, *,
+                          clock: Clock = time.perf_counter) -> dict[str, Rate]:
     """Host-to-device and device-to-host copy rates (GB/s), from pageable or pinned host memory."""
     device = _as_device(device)
     _need_accelerator(device, "host_device_bandwidth")
@@ -584,45 +696,60 @@ def host_device_bandwidth(device: torch.device | str | None = None, n_bytes: int
     dev = torch.empty(n, device=device)
     kind = "pinned" if pinned else "pageable"
     # non_blocking only matters (and is only safe to time) with pinned memory; we synchronize.
-    h2d = _measure(lambda: dev.copy_(host, non_blocking=pinned), "h2d", [device], repeats)
-    d2h = _measure(lambda: host.copy_(dev, non_blocking=pinned), "d2h", [device], repeats)
-    return {"h2d": Rate(f"host->{device} {kind}", host.nbytes, h2d.median),
-            "d2h": Rate(f"{device}->host {kind}", host.nbytes, d2h.median)}
+    h2d = time_per_call(lambda: dev.copy_(host, non_blocking=pinned), [device], repeats,
+                        clock=clock, name="h2d")
+    d2h = time_per_call(lambda: host.copy_(dev, non_blocking=pinned), [device], repeats,
+                        clock=clock, name="d2h")
+    return {"h2d": Rate(f"host->{device} {kind}", host.nbytes, h2d.median, "B",
+                        {"best": min(h2d.warm)}),
+            "d2h": Rate(f"{device}->host {kind}", host.nbytes, d2h.median, "B",
+                        {"best": min(d2h.warm)})}
 
 
 def launch_overhead(device: torch.device | str | None = None, n: int | None = None,
-                    repeats: int = 5) -> float:
-    """Seconds per tiny operation: kernel launch on a GPU, operator dispatch on the CPU."""
+                    repeats: int = 5, *, wait_each: bool = False,
+                    clock: Clock = time.perf_counter) -> float:
+    """Seconds per tiny operation: n queued back to back (a throughput), or waited for one by one.
+
+    wait_each=False: the CPU queues n launches and the device runs them as they come, so this is
+    1 / (launches per second). wait_each=True synchronizes after every operation: launch plus
+    the round trip to learn it finished (a latency). On the CPU both are the dispatch cost.
+    """
     device = _as_device(device)
     n = whole_number(n if n is not None else by_profile(1000, 5000, 20000), "n")
     x = torch.zeros(1, device=device)
+    wait = [device] if wait_each else []
 
     def many():
         for _ in range(n):
             x.add_(1.0)
+            synchronize(wait)
 
-    return _measure(many, "launch", [device], repeats).median / n
+    return time_per_call(many, [device], repeats, clock=clock, name="launch").median / n
 
 
 def peer_bandwidth(devices: Sequence[torch.device | str], n_bytes: int | None = None,
-                   repeats: int = 3) -> list[list[float]]:
-    """GB/s matrix of copies from device i (row) to device j (column); the diagonal stays local."""
+                   repeats: int = 3, *, clock: Clock = time.perf_counter) -> list[list[float]]:
+    """GB/s matrix of copies from device i (row) to device j (column), for 1 to 8 or more devices.
+
+    The diagonal is a copy inside one device (bytes read plus written, as copy_bandwidth counts).
+    """
     devices = [_as_device(d) for d in devices]
-    if len(devices) < 2:
-        raise ValueError(f"peer_bandwidth needs 2 or more devices, got {len(devices)}")
+    if not devices:
+        raise ValueError("peer_bandwidth needs at least one device")
     n_bytes = whole_number(n_bytes if n_bytes is not None else
                            by_profile(16 * MiB, 128 * MiB, 512 * MiB), "n_bytes")
     n = max(1, n_bytes // 4)
-    for d in set(devices):  # each device holds one source and one target per pair
-        n = fit_to_memory(n, 4 * 2, d, 0.25)
+    for d in set(devices):  # each device holds its source and one target at a time
+        n = fit_to_memory(n, 4 * 2 * devices.count(d), d, 0.25)
     buffers = [torch.ones(n, device=d) for d in devices]
     matrix = []
     for i, src in enumerate(buffers):
         row = []
         for j, dst_dev in enumerate(devices):
             dst = torch.empty(n, device=dst_dev)
-            m = _measure(lambda: dst.copy_(src), f"{i}->{j}",
-                         [devices[i], devices[j]], repeats)
+            m = time_per_call(lambda: dst.copy_(src), [devices[i], devices[j]], repeats,
+                              clock=clock, name=f"{i}->{j}")
             # a local copy reads and writes the same memory: count both, as copy_bandwidth does
             moved = (2 if i == j else 1) * src.nbytes
             row.append(moved / m.median / GB)
@@ -631,9 +758,107 @@ def peer_bandwidth(devices: Sequence[torch.device | str], n_bytes: int | None = 
     return matrix
 
 
-def p2p_access(devices: Sequence[torch.device | str]) -> list[list[bool]]:
-    """Whether each CUDA device can read the other's memory directly (NVLink or PCIe P2P)."""
+def p2p_access(devices: Sequence[torch.device | str],
+               can_access: Callable[[int, int], bool] | None = None) -> list[list[bool]]:
+    """Whether each CUDA device can read the other's memory directly (NVLink or PCIe P2P).
+
+    `can_access(i, j)` defaults to torch.cuda.can_device_access_peer; pass another to simulate
+    a topology (the logic for k devices is then testable without k GPUs).
+    """
     devices = [_as_device(d) for d in devices]
-    return [[i == j or (a.type == b.type == "cuda" and
-                        torch.cuda.can_device_access_peer(a.index or 0, b.index or 0))
+    if not devices:
+        raise ValueError("p2p_access needs at least one device")
+    can_access = can_access or torch.cuda.can_device_access_peer
+    return [[i == j or (a.type == b.type == "cuda" and a.index != b.index and
+                        bool(can_access(a.index or 0, b.index or 0)))
              for j, b in enumerate(devices)] for i, a in enumerate(devices)]
+
+
+# --- published peaks of common GPUs: a measured rate above these is a measuring error
+
+@dataclass(frozen=True)
+class GpuPeak:
+    """A GPU's published peaks: memory GB/s, dense TFLOP/s per dtype, host link GB/s per direction."""
+
+    name: str
+    memory_gbps: float
+    tflops: dict            # dtype -> dense TFLOP/s (no sparsity); "tfloat32": float32 on Tensor Cores
+    host_link_gbps: float   # PCIe x16 per direction: gen3 15.75, gen4 31.5, gen5 63 GB/s (PCI-SIG)
+    l2_mb: float
+    source: str
+
+    def matmul_tflops(self, dtype: str | torch.dtype, tf32: bool = False) -> float | None:
+        """Published dense peak for a matmul in dtype (float32 uses the TF32 figure if allowed)."""
+        name = _dtype_name(_as_dtype(dtype))
+        if name == "float32" and tf32 and "tfloat32" in self.tflops:
+            name = "tfloat32"
+        return self.tflops.get(name)
+
+
+_DS = "NVIDIA data sheet: "
+# Regular expressions tried in order against torch.cuda.get_device_name(); sparse figures are
+# halved to dense ones. GeForce float16 is the FP16-accumulate figure (the chip's true ceiling).
+PUBLISHED_PEAKS: list[tuple[str, GpuPeak]] = [
+    (r"\bH100\b.*(SXM|HBM3)", GpuPeak(
+        "H100 SXM5 80GB", 3350, {"float64": 34, "float32": 67, "tfloat32": 494.7,
+                                 "bfloat16": 989.4, "float16": 989.4, "float8": 1978.9},
+        63, 50, _DS + "https://www.nvidia.com/en-us/data-center/h100/")),
+    (r"\bH100\b.*PCIe", GpuPeak(
+        "H100 PCIe 80GB", 2000, {"float64": 26, "float32": 51, "tfloat32": 378,
+                                 "bfloat16": 756, "float16": 756, "float8": 1513},
+        63, 50, _DS + "https://www.nvidia.com/en-us/data-center/h100/")),
+    (r"(?<![A-Z])H200\b(?!.*NVL)", GpuPeak(
+        "H200 SXM 141GB", 4800, {"float64": 34, "float32": 67, "tfloat32": 494.7,
+                                 "bfloat16": 989.4, "float16": 989.4, "float8": 1978.9},
+        63, 50, _DS + "https://www.nvidia.com/en-us/data-center/h200/")),
+    (r"\bA100\b.*SXM4?-80GB", GpuPeak(
+        "A100 SXM4 80GB", 2039, {"float64": 9.7, "float32": 19.5, "tfloat32": 156,
+                                 "bfloat16": 312, "float16": 312},
+        31.5, 40, _DS + "https://www.nvidia.com/en-us/data-center/a100/")),
+    (r"\bA100\b.*80GB.*PCIe|\bA100\b.*PCIe.*80GB", GpuPeak(
+        "A100 PCIe 80GB", 1935, {"float64": 9.7, "float32": 19.5, "tfloat32": 156,
+                                 "bfloat16": 312, "float16": 312},
+        31.5, 40, _DS + "https://www.nvidia.com/en-us/data-center/a100/")),
+    (r"\bA100\b", GpuPeak(
+        "A100 40GB", 1555, {"float64": 9.7, "float32": 19.5, "tfloat32": 156,
+                            "bfloat16": 312, "float16": 312},
+        31.5, 40, _DS + "https://www.nvidia.com/en-us/data-center/a100/")),
+    (r"\bV100S\b", GpuPeak(
+        "V100S PCIe 32GB", 1134, {"float64": 8.2, "float32": 16.4, "float16": 130},
+        15.75, 6, _DS + "https://www.nvidia.com/en-us/data-center/v100/")),
+    (r"\bV100\b.*SXM", GpuPeak(
+        "V100 SXM2", 900, {"float64": 7.8, "float32": 15.7, "float16": 125},
+        15.75, 6, _DS + "https://www.nvidia.com/en-us/data-center/v100/")),
+    (r"\bV100\b", GpuPeak(
+        "V100 PCIe", 900, {"float64": 7, "float32": 14, "float16": 112},
+        15.75, 6, _DS + "https://www.nvidia.com/en-us/data-center/v100/")),
+    (r"\bT4\b", GpuPeak(
+        "T4", 320, {"float32": 8.1, "float16": 65},
+        15.75, 4, _DS + "https://www.nvidia.com/en-us/data-center/tesla-t4/")),
+    (r"\bL4\b", GpuPeak(
+        "L4", 300, {"float32": 30.3, "tfloat32": 60, "bfloat16": 121, "float16": 121,
+                    "float8": 242.5},
+        31.5, 48, _DS + "https://www.nvidia.com/en-us/data-center/l4/")),
+    (r"\bA10\b", GpuPeak(
+        "A10", 600, {"float32": 31.2, "tfloat32": 62.5, "bfloat16": 125, "float16": 125},
+        31.5, 6, _DS + "https://www.nvidia.com/en-us/data-center/products/a10-gpu/")),
+    (r"RTX 4090", GpuPeak(
+        "GeForce RTX 4090", 1008, {"float32": 82.6, "tfloat32": 82.6, "bfloat16": 165.2,
+                                   "float16": 330.3},
+        31.5, 72, "NVIDIA Ada Lovelace architecture whitepaper (2022), appendix A")),
+    (r"RTX 3090(?! Ti)", GpuPeak(
+        "GeForce RTX 3090", 936, {"float32": 35.6, "tfloat32": 35.6, "bfloat16": 71,
+                                  "float16": 142},
+        31.5, 6, "NVIDIA Ampere GA102 architecture whitepaper (2020), appendix A")),
+]
+
+
+def published_peak(device_name: str) -> GpuPeak | None:
+    """The published peaks of the GPU named `device_name`, or None for a GPU not in the table."""
+    if not isinstance(device_name, str):
+        raise ValueError(f"published_peak() needs the GPU's name as a string, e.g. "
+                         f"torch.cuda.get_device_name(0); got {device_name!r}")
+    for pattern, peak in PUBLISHED_PEAKS:
+        if re.search(pattern, device_name, flags=re.IGNORECASE):
+            return peak
+    return None
