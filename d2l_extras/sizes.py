@@ -47,30 +47,28 @@ SIZES: dict[str, Experiment] = {
         lesson_bytes=200 * MB),
     # 02: square matrix products queued without a barrier; on a GPU each must run for
     # milliseconds so that "returned" (microseconds) and "finished" differ by orders of magnitude.
+    # Even in ci: at 1024 an H100 multiplies in ~40 us, about the time Python takes to queue it,
+    # and "returned < half of finished" would fail. 4 matrices alive: a, b and their cached twins.
     "async_matmul": Experiment(
         what="side of the matrices multiplied asynchronously", cpu=(256, 1024, 2048),
-        gpu=(1024, 8192, 16384), count=4, square=True, minimum=64, lesson_bytes=200 * MB),
-    # 03: two independent workloads of matrix products (on two devices or two streams).
+        gpu=(4096, 8192, 16384), count=4, square=True, minimum=64, lesson_bytes=200 * MB),
+    # 03: two independent workloads of k matrix products (on k GPUs, two streams, or a GPU
+    # replicated): 2 x (k products + the input) alive on one GPU; 22 for class's k = 10. At
+    # 2048 (ci) each GPU computes for about a millisecond, well above the launch overhead.
     "two_workloads": Experiment(
         what="side of the matrices in each of two independent workloads", cpu=(768, 1024, 2000),
-        gpu=(1024, 4096, 8192), count=11, square=True, minimum=64, lesson_bytes=50 * MB),
-    # 03: products computed on the GPU and copied to pinned host memory while the next one runs;
-    # each copy must take long enough (milliseconds) to overlap with compute.
+        gpu=(2048, 4096, 8192), count=22, square=True, minimum=64, lesson_bytes=50 * MB),
+    # 03: m products computed on the GPU, each copied to pinned host memory while the next one
+    # runs: m results + the input + one spare alive (22 for class's m = 20). At 2048 (ci) a
+    # product and its 16 MB copy both take a few hundred microseconds on an H100 (copy at
+    # 25-50 GB/s), so the overlap dominates the launch overhead.
     "overlap": Experiment(
         what="side of the matrices computed and copied to the host", cpu=(256, 1024, 2048),
-        gpu=(512, 4096, 8192), count=41, square=True, minimum=64, lesson_bytes=50 * MB),
+        gpu=(2048, 4096, 8192), count=22, square=True, minimum=64, lesson_bytes=50 * MB),
     # 04: the roofline's matrix-matrix point needs k large enough to reach the compute roof.
     "roofline_matmul": Experiment(
         what="side of the roofline's matrix-matrix product", cpu=(256, 1024, 2048),
         gpu=(1024, 8192, 16384), count=3, square=True, minimum=64, fraction=0.5,
-        lesson_bytes=200 * MB),
-    # 04: the roofline's streaming kernels (vector add on n floats, matrix-vector on an m x m
-    # matrix with m*m ~ n, and the read/copy probes of the roof). 16 bytes per element: x, y, z
-    # and the matrix. On a GPU one vector must be far beyond the L2 cache (50 MB on an H100),
-    # or the "memory" roof is the cache's.
-    "roofline_stream": Experiment(
-        what="elements of the roofline's vectors", cpu=(2 ** 22, 2 ** 24, 2 ** 25),
-        gpu=(2 ** 24, 2 ** 26, 2 ** 27), bytes_per_item=16, minimum=2 ** 12,
         lesson_bytes=200 * MB),
 }
 
