@@ -70,6 +70,14 @@ SIZES: dict[str, Experiment] = {
         what="side of the roofline's matrix-matrix product", cpu=(256, 1024, 2048),
         gpu=(1024, 8192, 16384), count=3, square=True, minimum=64, fraction=0.5,
         lesson_bytes=200 * MB),
+    # 04: the roofline's streaming kernels (vector add on n floats, matrix-vector on an m x m
+    # matrix with m*m ~ n, and the read/copy probes of the roof). 16 bytes per element: x, y, z
+    # and the matrix. On a GPU one vector must be far beyond the L2 cache (50 MB on an H100),
+    # or the "memory" roof is the cache's.
+    "roofline_stream": Experiment(
+        what="elements of the roofline's vectors", cpu=(2 ** 22, 2 ** 24, 2 ** 25),
+        gpu=(2 ** 24, 2 ** 26, 2 ** 27), bytes_per_item=16, minimum=2 ** 12,
+        lesson_bytes=200 * MB),
 }
 
 
