@@ -76,6 +76,12 @@ unit: $(call ready,test)
 notebooks: $(call ready,test)
 	D2L_PROFILE=$(TEST_PROFILE) $(PY) -m pytest notebooks $(NBVAL)
 
+# Each hwbench measurement against an independent one (NumPy, timeit, raw sockets, published
+# GPU peaks): printed and written to build/bench/hwbench.{json,md}; never fails on a ratio.
+.PHONY: bench
+bench: $(call ready,test)
+	D2L_PROFILE=$(TEST_PROFILE) $(PY) benchmarks/hwbench_compare.py --out build/bench
+
 # Execute every notebook in the active profile (D2L_PROFILE, default class) and summarize the
 # figures they recorded with dx.record; exits non-zero if a notebook failed.
 report: $(call ready,report)
