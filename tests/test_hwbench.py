@@ -263,10 +263,19 @@ def test_matmul_sweep_skips_unsupported_and_covers_sizes():
     assert all(r.amount == 2 * r.extra["n"] ** 3 and r.giga > 0 for r in rates)
 
 
-def test_default_matmul_sizes_per_device_kind(monkeypatch):
+def test_default_matmul_sizes_per_device_kind_and_free_memory(monkeypatch):
+    from d2l_extras import hardware
     monkeypatch.setenv("D2L_PROFILE", "ci")
     assert hb.default_matmul_sizes("cpu") == [64, 128, 256, 512]
+    monkeypatch.setattr(hardware, "free_memory", lambda device=None: 80 * 10 ** 9)
     assert hb.default_matmul_sizes(torch.device("cuda", 0))[-1] == 2048
+    monkeypatch.setenv("D2L_PROFILE", "full")
+    assert hb.default_matmul_sizes(torch.device("cuda", 0))[-1] == 16384
+    # 1 GB free: four 4096 x 4096 float32 matrices (268 MB) fit in half of it, 8192 (1.07 GB) not
+    monkeypatch.setattr(hardware, "free_memory", lambda device=None: 10 ** 9)
+    assert hb.default_matmul_sizes(torch.device("cuda", 0))[-1] == 4096
+    monkeypatch.setattr(hardware, "free_memory", lambda device=None: 3 * 10 ** 9)
+    assert hb.default_matmul_sizes(torch.device("cuda", 0))[-1] == 8192
 
 
 def test_dtype_supported():
