@@ -1,4 +1,5 @@
 """The set-up files agree with each other: one list of pins, used everywhere."""
+import os
 import pathlib
 import re
 import shutil
@@ -34,8 +35,11 @@ def test_readme_and_ci_use_the_same_test_command():
 def make_dry_run(*args):
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
-    run = subprocess.run(["make", "-n", *args], cwd=ROOT, capture_output=True, text=True,
-                         timeout=60)
+    # Under `make test` this runs inside make: drop what the outer make passes down.
+    inherited = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "USE_CURRENT_ENV", "TESTS")
+    env = {k: v for k, v in os.environ.items() if k not in inherited}
+    run = subprocess.run(["make", "--no-print-directory", "-n", *args], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     return run.stdout
 
