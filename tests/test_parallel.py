@@ -7,6 +7,15 @@ import d2l_extras as dx
 CPU = torch.device("cpu")
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    # These tensors are tiny: on a busy 2-core runner, two threads only wait for each other.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def test_get_params_copies_with_gradients():
     params = dx.lenet_params()
     copies = dx.get_params(params, CPU)
@@ -152,6 +161,16 @@ def test_sgd_step():
     dx.sgd([p], lr=0.5, batch_size=2)
     torch.testing.assert_close(p.detach(), torch.zeros(2))
     assert not p.grad.any()
+
+
+@pytest.mark.parametrize("k", range(1, 9))
+def test_evaluate_accuracy_on_k_devices(k):
+    params = dx.lenet_params()
+    X, y = _batch(21)  # 21 test images: uneven over most k, fewer than 8 per slice
+    batches = [(X[:13], y[:13]), (X[13:], y[13:])]
+    expected = (dx.lenet(X, params).argmax(1) == y).float().mean().item()
+    nets = [lambda X: dx.lenet(X, params)] * k
+    assert dx.evaluate_accuracy(nets, batches, [CPU] * k) == pytest.approx(expected)
 
 
 def test_evaluate_accuracy_split_equals_single():
