@@ -59,3 +59,27 @@ def test_the_current_env_option_is_documented():
     assert "make test USE_CURRENT_ENV=1" in readme and "USE_CURRENT_ENV ?=" in \
         (ROOT / "Makefile").read_text()
     assert "make report" in readme.split("\n## ")[0] and "build/report/" in readme
+
+
+def test_check_env_lists_everything_missing_with_the_pinned_install():
+    from tools import check_env
+    absent = {"nbval", "d2l"}
+    missing, other = check_env.problems("test", find=lambda m: None if m in absent else object(),
+                                        version=lambda d: "2.11.0+cu128", python=(3, 12))
+    assert missing == ["d2l", "nbval"] and other == []
+    advice = check_env.advice(missing, python="/env/bin/python")
+    assert "/env/bin/python -m pip install nbval==" in advice
+    assert "/env/bin/python -m pip install --no-deps d2l==1.0.3" in advice  # d2l's own pins break
+
+
+def test_check_env_refuses_old_torch_and_old_python():
+    from tools import check_env
+    missing, other = check_env.problems("run", find=lambda m: object(),
+                                        version=lambda d: "2.5.1", python=(3, 10))
+    assert missing == [] and len(other) == 2
+    assert "Python 3.10 is too old" in other[0] and "torch 2.5.1 is too old" in other[1]
+    assert check_env.problems("lab", find=lambda m: object(), version=lambda d: "2.6.0",
+                              python=(3, 11)) == ([], [])
+    assert check_env.version_tuple("2.11.0+cu128") == (2, 11, 0)
+    with pytest.raises(ValueError, match="unknown target 'bench'"):
+        check_env.problems("bench")
