@@ -44,9 +44,10 @@ _EXPORTS = {
                  "sgd", "split_batch", "strict_float32", "train_batch"],
     # parameter servers: cost model, ring allreduce, sharded key-value store
     "costmodel": ["plot_sync_costs", "ring_time", "server_time", "sync_time", "transfer_time"],
-    "ring": ["RingStats", "bus_bandwidth", "reduce_reference", "ring_allreduce",
-             "ring_allreduce_dist"],
-    "kvstore": ["KVStore", "acknowledged_steps", "committed_step"],
+    "ring": ["RingStats", "bus_bandwidth", "check_input", "message_sizes_mb", "process_counts",
+             "reduce_reference", "ring_allreduce", "ring_allreduce_dist"],
+    "kvstore": ["KVStore", "acknowledged_steps", "committed_step", "remove_temporaries",
+                "shard_owners"],
 }
 _OWNER = {name: module for module, names in _EXPORTS.items() for name in names}
 __all__ = sorted(_OWNER)

@@ -4,20 +4,20 @@ Every process is a worker and a server: each key has one owner rank that holds i
 `push(key, grad)` sends every worker's gradient to the owner, which aggregates them (and, with
 a learning rate, takes an SGD step); `pull(key)` sends the owner's value to every worker. All
 processes call push and pull in the same order (like collectives); every wait has a timeout.
-Shards are checkpointed atomically (temporary file, then os.replace; a step counts as
-acknowledged only once every shard of it is on disk), so a restarted job loses nothing
-acknowledged.
+Shards are checkpointed atomically (temporary file, fsync, os.replace, fsync of the directory;
+a step counts as acknowledged only once every shard of it is on disk), so a restarted job loses
+nothing acknowledged, and a restart removes the temporary files a crash left behind.
 
-Run it as a worker; rank 0 hands back {task: result}. One machine, 2 processes (binds
-127.0.0.1), train through the store and compare with allreduce training, then bounded staleness:
+Run it as a worker; rank 0 hands back {task: result}. One task per job in the notebook, so that
+each section reruns alone. One machine, 2 processes (binds 127.0.0.1): train through the store
+and with allreduce (task compare), or with stale pulls (task staleness):
     python -m torch.distributed.run --nproc-per-node=2 --master-addr=127.0.0.1 \
         --master-port=29500 -m d2l_extras.kvstore --task compare --steps 60
-Fault tolerance: train with checkpoints in --workdir; rank 1 kills itself once at step 23. Run
-the same command again and it resumes from the last committed checkpoint (tasks that finished
-before the crash, their results saved in --workdir, are not redone):
+Fault tolerance: train with checkpoints in --workdir; rank 1 ends itself abruptly once at step
+23 (exit code 86, no clean-up). Run the same command again and it resumes from the last
+committed checkpoint:
     python -m torch.distributed.run --nproc-per-node=2 --master-addr=127.0.0.1 \
-        --master-port=29500 -m d2l_extras.kvstore --task compare fault --workdir /tmp/kv \
-        --kill-at 23
+        --master-port=29500 -m d2l_extras.kvstore --task fault --workdir /tmp/kv --kill-at 23
 Two machines, 2 processes each: run on both with --node-rank=0 and 1 and the first machine's
 address; --workdir must then be a directory both machines see (a shared file system):
     python -m torch.distributed.run --nnodes=2 --node-rank=0 --nproc-per-node=2 \
@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import errno
 import json
 import os
-import signal
 from typing import Mapping, Sequence
 
 import torch
@@ -38,6 +38,28 @@ from torch import nn
 COMMIT_FILE = "committed.json"
 ACK_LOG = "acks.log"
 KILLED_MARK = "killed-once"  # the demonstration crash happens only once per work directory
+# The exit code of the demonstration crash: a notebook tells it from any other failure by it.
+CRASH_EXIT_CODE = 86
+
+
+def _least_loaded(load: Sequence[int]) -> int:
+    # The rank holding the fewest numbers so far (the lowest such rank on a tie).
+    return min(range(len(load)), key=lambda r: (load[r], r))
+
+
+def shard_owners(sizes: Mapping[str, int], world: int) -> dict[str, int]:
+    """Owner rank of each key (in order) when keys of these sizes are spread over world ranks."""
+    from .hardware import whole_number
+
+    world = whole_number(world, "world (number of ranks)")
+    load, owners = [0] * world, {}
+    for key, numel in sizes.items():
+        if isinstance(numel, bool) or not isinstance(numel, int) or numel < 0:
+            raise ValueError(f"shard_owners: the size of {key!r} must be a whole number of "
+                             f"elements >= 0, got {numel!r}")
+        owners[key] = _least_loaded(load)
+        load[owners[key]] += numel
+    return owners
 
 
 class KVStore:
@@ -88,8 +110,9 @@ class KVStore:
             raise ValueError(f"key {key!r} was already initialized")
         if not isinstance(value, torch.Tensor):
             raise TypeError(f"init({key!r}, value): value must be a tensor")
-        # Balance the shards: the next key goes to the rank holding the fewest numbers so far.
-        owner = min(range(self.world), key=lambda r: (self._load[r], r))
+        # Balance the shards: the next key goes to the rank holding the fewest numbers so far
+        # (the rule of shard_owners, applied one key at a time).
+        owner = _least_loaded(self._load)
         self._load[owner] += value.numel()
         self._meta[key] = (owner, value.shape, value.dtype, len(self._meta))
         if owner == self.rank:
@@ -222,7 +245,15 @@ class KVStore:
                 os.remove(os.path.join(directory, name))
 
     def load(self, directory: str) -> int:
-        """Load this rank's shard of the last committed step; return that step (0: none)."""
+        """Load this rank's shard of the last committed step; return that step (0: none).
+
+        Also removes the temporary files that a crash of an earlier run left half-written
+        (each rank its own shards'; rank 0 the rest): nothing of this job is writing yet.
+        """
+        if os.path.isdir(directory):
+            mine = f"shard-{self.rank}-"
+            remove_temporaries(directory, lambda name: name.startswith(mine) or
+                               (self.rank == 0 and not name.startswith("shard-")))
         step = committed_step(directory)
         if step is None:
             return 0
@@ -238,14 +269,52 @@ class KVStore:
         return step
 
 
+TEMP_MARK = ".tmp"  # temporary files are named <target>.tmp<pid> beside their target
+
+
 def _atomic_write(path: str, write) -> None:
-    # Write beside the target, flush to disk, then rename: readers see the old or the new file.
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "wb") as f:
-        write(f)
-        f.flush()
-        os.fsync(f.fileno())
+    # Write beside the target and flush it to disk, then rename: readers see the old or the new
+    # file. A failed write removes its temporary file; a crash between the write and the rename
+    # leaves it, and the next load() removes it.
+    tmp = f"{path}{TEMP_MARK}{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
     os.replace(tmp, path)
+    _fsync_directory(os.path.dirname(os.path.abspath(path)))
+
+
+def _fsync_directory(directory: str) -> None:
+    # The rename is an entry in the directory: until the directory itself is on disk, a power
+    # cut can bring back the old entry. POSIX only: Windows cannot open a directory this way
+    # (NTFS journals the rename itself).
+    if os.name != "posix":
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError as error:  # some file systems (a few network ones) cannot sync a directory
+        if error.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            raise
+    finally:
+        os.close(fd)
+
+
+def remove_temporaries(directory: str, owned=lambda name: True) -> list[str]:
+    """Delete the temporary files (NAME.tmp<pid>) in directory that `owned(name)` accepts."""
+    removed = []
+    for name in sorted(os.listdir(directory)):
+        stem, mark, pid = name.rpartition(TEMP_MARK)
+        if mark and stem and pid.isdigit() and owned(name):
+            os.remove(os.path.join(directory, name))
+            removed.append(name)
+    return removed
 
 
 def committed_step(directory: str) -> int | None:
@@ -293,7 +362,8 @@ def batch_of(step: int, rank: int, world: int, batch: int, n: int, seed: int = 0
     return torch.randint(0, n, (batch * world,), generator=gen)[rank * batch:(rank + 1) * batch]
 
 
-def _grads(net: nn.Module, X: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+def gradients(net: nn.Module, X: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Gradients of the cross-entropy loss of net on (X, y), by parameter name."""
     loss = nn.functional.cross_entropy(net(X), y)
     names, params = zip(*net.named_parameters())
     return dict(zip(names, torch.autograd.grad(loss, params)))
@@ -324,7 +394,7 @@ def train_kvstore(store: KVStore, net: nn.Module, X: torch.Tensor, y: torch.Tens
             on_step(step)
         _load_into(net, store.pull_all(names))
         idx = batch_of(step, rank, world, batch, len(X), seed)
-        store.push_all(_grads(net, X[idx].to(store.device), y[idx].to(store.device)))
+        store.push_all(gradients(net, X[idx].to(store.device), y[idx].to(store.device)))
     _load_into(net, store.pull_all(names, latest=True))
     if eval_every:
         curve.append((steps, _full_loss(net, X, y)))
@@ -341,7 +411,7 @@ def train_allreduce(net: nn.Module, X: torch.Tensor, y: torch.Tensor, steps: int
     device = next(net.parameters()).device
     for step in range(steps):
         idx = batch_of(step, rank, world, batch, len(X), seed)
-        grads = _grads(net, X[idx].to(device), y[idx].to(device))
+        grads = gradients(net, X[idx].to(device), y[idx].to(device))
         with torch.no_grad():
             for name, p in net.named_parameters():
                 dist.all_reduce(grads[name], async_op=True).wait(timeout)
@@ -353,7 +423,8 @@ def _params(net: nn.Module) -> dict[str, list]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Worker tasks.
+# Worker tasks: each returns what rank 0 hands back; the notebook checks it against its own
+# single-process computation.
 
 def _net_and_store(args, device, **store_options) -> tuple[nn.Module, "KVStore"]:
     # Every task starts the same way: a fresh model whose parameters seed a fresh store.
@@ -364,32 +435,51 @@ def _net_and_store(args, device, **store_options) -> tuple[nn.Module, "KVStore"]
     return net, store
 
 
+def _timed(device: torch.device, fn) -> float:
+    # Seconds of fn() after a barrier (all start together), synchronized on GPUs by Benchmark.
+    import torch.distributed as dist
+
+    from .timing import Benchmark
+
+    dist.barrier()
+    with Benchmark(devices=[device], verbose=False) as run:
+        fn()
+    return run.elapsed
+
+
 def task_compare(args, device) -> dict:
-    """Store training (synchronous) vs allreduce training, then bounded-staleness runs."""
+    """Train through the store (synchronous) and with allreduce; both weights and times."""
     X, y = make_problem(args.seed)
     X, y = X.to(device), y.to(device)
     net, store = _net_and_store(args, device)
-    owners = {k: store.owner(k) for k in store.keys()}
-    sync_curve = train_kvstore(store, net, X, y, args.steps, args.batch, seed=args.seed,
-                               eval_every=args.eval_every)
     ref = make_net(args.seed).to(device)
-    train_allreduce(ref, X, y, args.steps, args.batch, args.lr, args.seed, args.timeout)
-    for (name, p), q in zip(net.named_parameters(), ref.parameters()):
-        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5,
-                                   msg=lambda m, name=name: f"{name}: store != allreduce. {m}")
-    curves = {"0": sync_curve}
+    store_s = _timed(device, lambda: train_kvstore(store, net, X, y, args.steps, args.batch,
+                                                   seed=args.seed))
+    allreduce_s = _timed(device, lambda: train_allreduce(ref, X, y, args.steps, args.batch,
+                                                         args.lr, args.seed, args.timeout))
+    return {"world": store.world, "backend": store.dist.get_backend(),
+            "owners": {k: store.owner(k) for k in store.keys()},
+            "store": _params(net), "allreduce": _params(ref),
+            "store_s": store_s, "allreduce_s": allreduce_s, "steps": args.steps}
+
+
+def task_staleness(args, device) -> dict:
+    """Train through stores whose pulls may be up to tau updates old, for each --staleness."""
+    X, y = make_problem(args.seed)
+    X, y = X.to(device), y.to(device)
+    curves, served = {}, {}
     for tau in args.staleness:
-        if tau == 0:
-            continue
-        net_t, store_t = _net_and_store(args, device, max_staleness=tau, seed=args.seed)
-        curves[str(tau)] = train_kvstore(store_t, net_t, X, y, args.steps, args.batch,
+        net, store = _net_and_store(args, device, max_staleness=tau, seed=args.seed)
+        curves[str(tau)] = train_kvstore(store, net, X, y, args.steps, args.batch,
                                          seed=args.seed, eval_every=args.eval_every)
-    return {"owners": owners, "params": _params(net), "curves": curves,
-            "store_equals_allreduce": True}
+        # How old the weights were that rank 0 was served (0 = the newest).
+        ages = store.versions_served
+        served[str(tau)] = {"max": max(ages), "stale_share": sum(a > 0 for a in ages) / len(ages)}
+    return {"world": store.world, "curves": curves, "served": served}
 
 
 def task_fault(args, device) -> dict:
-    """Checkpointed store training that resumes from --workdir; one rank may kill itself once."""
+    """Checkpointed store training that resumes from --workdir; one rank may crash once."""
     X, y = make_problem(args.seed)
     X, y = X.to(device), y.to(device)
     net, store = _net_and_store(args, device)
@@ -404,10 +494,11 @@ def task_fault(args, device) -> dict:
         if step == args.kill_at and store.rank == args.kill_rank and not os.path.exists(mark):
             with open(mark, "w", encoding="utf-8") as f:
                 f.write(f"rank {store.rank} killed at step {step}")
-            print(f"rank {store.rank}: killed at step {step} (SIGKILL)", flush=True)
-            # No clean-up, no goodbye: like a power cut (Windows has no SIGKILL; SIGTERM there
-            # ends the process just as abruptly).
-            os.kill(os.getpid(), getattr(signal, "SIGKILL", signal.SIGTERM))
+            print(f"rank {store.rank}: crashing on purpose at step {step} "
+                  f"(exit code {CRASH_EXIT_CODE})", flush=True)
+            # No clean-up, no goodbye: like a power cut. os._exit skips every finally block
+            # and leaves the process group as it is, on every OS (Windows has no SIGKILL).
+            os._exit(CRASH_EXIT_CODE)
 
     train_kvstore(store, net, X, y, args.steps, args.batch, start=start, seed=args.seed,
                   on_step=on_step)
@@ -452,18 +543,12 @@ def task_check(args, device) -> dict:
             "errors": errors, "ok": True}
 
 
-def task_ring(args, device) -> dict:
-    """The benchmark of d2l_extras.ring, so that one job can run all of a notebook's tasks."""
-    from .ring import benchmark
-
-    return benchmark(args.sizes_mb, args.repeats, args.timeout)
-
-
-TASKS = {"ring": task_ring, "compare": task_compare, "fault": task_fault, "check": task_check}
+TASKS = {"compare": task_compare, "staleness": task_staleness, "fault": task_fault,
+         "check": task_check}
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Worker entry point: run tasks (ring, compare, fault, check); rank 0 hands back results."""
+    """Worker entry point: run tasks (compare, staleness, fault, check); rank 0 hands back results."""
     import torch.distributed as dist
 
     from .distributed import init_worker, save_result
@@ -475,19 +560,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, default=32, help="per worker")
     parser.add_argument("--lr", type=float, default=0.5)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--staleness", type=int, nargs="*", default=[0, 4, 16])
+    parser.add_argument("--staleness", type=int, nargs="+", default=[0, 4, 16])
     parser.add_argument("--eval-every", type=int, default=5)
     parser.add_argument("--workdir", default=None, help="checkpoints (task fault)")
     parser.add_argument("--ckpt-every", type=int, default=10)
-    parser.add_argument("--kill-at", type=int, default=-1, help="step at which a rank dies")
+    parser.add_argument("--kill-at", type=int, default=-1, help="step at which a rank crashes")
     parser.add_argument("--kill-rank", type=int, default=1)
-    parser.add_argument("--sizes-mb", type=float, nargs="+", default=[1, 4, 16, 64],
-                        help="message sizes (task ring)")
-    parser.add_argument("--repeats", type=int, default=5, help="timings per size (task ring)")
     parser.add_argument("--timeout", type=float, default=60.0)
     args = parser.parse_args(argv)
     if "fault" in args.task and not args.workdir:
         parser.error("--task fault needs --workdir (where the shards are checkpointed)")
+    if any(tau < 0 for tau in args.staleness):
+        parser.error("--staleness takes whole numbers >= 0 (0: always the newest weights)")
     rank, _, device = init_worker(args.timeout)
     try:
         results = {}

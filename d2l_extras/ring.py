@@ -165,6 +165,48 @@ def ring_allreduce_dist(tensor: torch.Tensor, timeout_s: float = 60.0) -> torch.
     return tensor
 
 
+def process_counts(gpus: int) -> list[int]:
+    """How many processes to run the ring with, given the number of GPUs here (0 to 8, or more).
+
+    Always 2, 3 and 4 (gloo on the CPU where there are fewer GPUs than processes, since NCCL
+    needs one GPU per process), plus one process per GPU when there are more than 4 GPUs.
+    """
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0:
+        raise ValueError(f"gpus must be a whole number >= 0 (0 on a CPU-only machine), "
+                         f"got {gpus!r}")
+    return [2, 3, 4] + ([gpus] if gpus > 4 else [])
+
+
+def message_sizes_mb(nproc: int, gpus: int, count: int = 4, budget: int | None = None
+                     ) -> list[float]:
+    """Message sizes in MB, 4x apart, for a ring benchmark of nproc processes (largest last).
+
+    The largest is the size policy's "ring_message" for the device the workers will use: one GPU
+    each (NCCL) when there are at least nproc GPUs, as dx.init_worker decides, else the CPU
+    (gloo). `budget` stands for one GPU's free bytes, so that GPU cases can be tested anywhere.
+    """
+    from .hardware import whole_number
+    from .sizes import problem_size
+
+    nproc = whole_number(nproc, "nproc")
+    count = whole_number(count, "count")
+    process_counts(gpus)  # validates gpus
+    if gpus >= nproc:
+        largest = problem_size("ring_message", "cuda", budget=budget)
+    else:
+        largest = problem_size("ring_message", "cpu")
+    return [largest * 4 / 2**20 / 4**k for k in reversed(range(count))]
+
+
+def check_input(rank: int, numel: int = 1001) -> torch.Tensor:
+    """The small tensor rank contributes to the benchmark's correctness check (CPU, float32).
+
+    The notebook sums these itself, in one process, and compares with what the ring returned.
+    """
+    gen = torch.Generator().manual_seed(10_000 + rank)
+    return torch.randn(numel, generator=gen)
+
+
 def bus_bandwidth(size_bytes: float, seconds: float, n: int) -> tuple[float, float]:
     """(algbw, busbw) in bytes/s: size/time, and the per-link rate 2 (n-1)/n * algbw."""
     if seconds <= 0 or n < 1:
@@ -174,7 +216,10 @@ def bus_bandwidth(size_bytes: float, seconds: float, n: int) -> tuple[float, flo
 
 
 def benchmark(sizes_mb: Sequence[float], repeats: int = 5, timeout_s: float = 60.0) -> dict:
-    """In a worker: check ring == all_reduce, then time both per size (median of repeats)."""
+    """In a worker: check ring == all_reduce, then time both per size (median of repeats).
+
+    Also returns "check": the ring's sum of `check_input(rank)` over all ranks (rank 0's copy).
+    """
     import torch.distributed as dist
 
     rank, n = dist.get_rank(), dist.get_world_size()
@@ -187,8 +232,11 @@ def benchmark(sizes_mb: Sequence[float], repeats: int = 5, timeout_s: float = 60
             fn(x)
         return run.elapsed
 
-    out = {"world": n, "backend": dist.get_backend(), "sizes_bytes": [], "ring_s": [],
-           "allreduce_s": [], "ring_first_s": [], "allreduce_first_s": []}
+    # The ring's answer on a small input that the notebook can recompute in one process.
+    check = ring_allreduce_dist(check_input(rank).to(device), timeout_s)
+    out = {"world": n, "backend": dist.get_backend(), "check": check.cpu().tolist(),
+           "sizes_bytes": [], "ring_s": [], "allreduce_s": [], "ring_first_s": [],
+           "allreduce_first_s": []}
     gen = torch.Generator().manual_seed(rank)
     for mb in sizes_mb:
         numel = int(mb * 2**20) // 4

@@ -78,6 +78,13 @@ SIZES: dict[str, Experiment] = {
         what="elements of the roofline's vectors", cpu=(2 ** 22, 2 ** 24, 2 ** 25),
         gpu=(2 ** 24, 2 ** 26, 2 ** 27), bytes_per_item=16, minimum=2 ** 12,
         lesson_bytes=200 * MB),
+    # 07: the largest message of the ring benchmark, in float32 elements. Each process keeps
+    # about 5 copies (input, two results, the timed copy, the receive buffer). On NVLink or
+    # NVSwitch the bus bandwidth reaches its plateau only with messages of hundreds of MB.
+    "ring_message": Experiment(
+        what="float32 elements of the largest ring allreduce message",
+        cpu=(2 ** 20, 2 ** 22, 2 ** 25), gpu=(2 ** 22, 2 ** 26, 2 ** 28), bytes_per_item=4 * 5,
+        minimum=2 ** 16, lesson_bytes=200 * MB),
 }
 
 

@@ -11,8 +11,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-FAST = [1, 2, 3, 4, 5, 6, 7, 8]  # two NVLinks per hop: 2 x 18 GB/s per direction
-SLOW = [1, 4, 6, 3, 5, 8, 2, 7]  # one NVLink per hop: 18 GB/s per direction
+# NVLink 2 on a V100: 25 GB/s per link and direction, 6 links, 300 GB/s in all (both directions;
+# NVIDIA's V100 data sheet and NVLink page). The book rounds the link to "about 18 GB/s".
+LINK = 25
+FAST = [1, 2, 3, 4, 5, 6, 7, 8]  # two NVLinks per hop: 2 x 25 GB/s per direction
+SLOW = [1, 4, 6, 3, 5, 8, 2, 7]  # one NVLink per hop: 25 GB/s per direction
 
 
 def position(gpu: int) -> tuple[float, float]:
@@ -43,9 +46,9 @@ def draw_gpus(ax):
 def main(out_dir: str) -> pathlib.Path:
     fig, axes = plt.subplots(1, 3, figsize=(12, 4.2))
     panels = [
-        ("ring 1: 1-2-3-4-5-6-7-8-1\n2 NVLinks per hop (36 GB/s)", [(FAST, "#dd8452", 0.035),
+        (f"ring 1: 1-2-3-4-5-6-7-8-1\n2 NVLinks per hop ({2 * LINK} GB/s)", [(FAST, "#dd8452", 0.035),
                                                                        (FAST, "#dd8452", -0.035)]),
-        ("ring 2: 1-4-6-3-5-8-2-7-1\n1 NVLink per hop (18 GB/s)", [(SLOW, "#55a868", 0.0)]),
+        (f"ring 2: 1-4-6-3-5-8-2-7-1\n1 NVLink per hop ({LINK} GB/s)", [(SLOW, "#55a868", 0.0)]),
         ("both rings: 6 NVLinks per GPU\n(data split 2:1 between them)",
          [(FAST, "#dd8452", 0.035), (FAST, "#dd8452", -0.035), (SLOW, "#55a868", 0.0)]),
     ]
@@ -59,7 +62,7 @@ def main(out_dir: str) -> pathlib.Path:
         ax.set_aspect("equal")
         ax.axis("off")
     fig.suptitle("Two rings over the NVLinks of 8 V100 GPUs (p3.16xlarge, DGX-1 style); "
-                 "18 GB/s per link and direction", fontsize=11)
+                 f"NVLink 2: {LINK} GB/s per link and direction", fontsize=11)
     fig.tight_layout(rect=(0, 0, 1, 0.93))  # keep the suptitle clear of the panel titles
     path = pathlib.Path(out_dir) / "ring_topology.png"
     fig.savefig(path, dpi=110)

@@ -2,6 +2,7 @@
 import datetime
 import json
 import os
+import re
 
 import pytest
 import torch
@@ -135,6 +136,107 @@ def test_load_refuses_a_checkpoint_of_other_keys(one_process_group, tmp_path):
         other.load(str(tmp_path))
 
 
+def test_shard_owners_balance_the_numbers_per_rank():
+    sizes = {"w1": 640, "b1": 32, "w2": 128, "b2": 4}
+    assert kv.shard_owners(sizes, 2) == {"w1": 0, "b1": 1, "w2": 1, "b2": 1}
+    assert kv.shard_owners(sizes, 1) == {k: 0 for k in sizes}
+    # Equal sizes go round-robin; more ranks than keys leave ranks empty.
+    assert kv.shard_owners({f"k{i}": 10 for i in range(5)}, 3) == \
+        {"k0": 0, "k1": 1, "k2": 2, "k3": 0, "k4": 1}
+    assert set(kv.shard_owners({"a": 1}, 8).values()) == {0}
+
+
+def test_shard_owners_match_the_store(one_process_group):
+    # The store assigns owners one key at a time by the same rule; with one rank, all are 0.
+    store = kv.KVStore()
+    for key, numel in {"a": 3, "b": 5}.items():
+        store.init(key, torch.zeros(numel))
+    assert {k: store.owner(k) for k in store.keys()} == kv.shard_owners({"a": 3, "b": 5}, 1)
+
+
+@pytest.mark.parametrize("sizes, world, match", [
+    ({"a": 1}, 0, "world"),
+    ({"a": 1}, 2.5, "world"),
+    ({"a": -1}, 2, "size of 'a'"),
+    ({"a": 1.5}, 2, "size of 'a'"),
+])
+def test_shard_owners_bad_input(sizes, world, match):
+    with pytest.raises(ValueError, match=match):
+        kv.shard_owners(sizes, world)
+
+
+def test_the_directory_is_fsynced_after_the_rename(monkeypatch, tmp_path):
+    import stat
+
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        events.append("fsync dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "fsync file")
+        real_fsync(fd)
+
+    def replace(src, dst):
+        events.append("rename")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(kv.os, "fsync", fsync)
+    monkeypatch.setattr(kv.os, "replace", replace)
+    kv._atomic_write(str(tmp_path / "x.json"), lambda f: f.write(b"{}"))
+    if os.name == "posix":
+        assert events == ["fsync file", "rename", "fsync dir"]
+    else:  # Windows: no directory handle to sync
+        assert events == ["fsync file", "rename"]
+    assert (tmp_path / "x.json").read_bytes() == b"{}"
+    assert os.listdir(tmp_path) == ["x.json"]
+
+
+def test_a_failed_write_leaves_no_temporary_file(tmp_path):
+    def broken(f):
+        f.write(b"half")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        kv._atomic_write(str(tmp_path / "x.json"), broken)
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_crash_between_write_and_rename_is_cleaned_up_by_the_restart(
+        one_process_group, tmp_path, monkeypatch):
+    store = kv.KVStore()
+    store.init("w", torch.arange(3.0))
+    store.save(str(tmp_path), 10)
+    store.push("w", torch.ones(3))
+
+    def power_cut(src, dst):  # the process dies after writing the temporary file
+        raise SystemExit("power cut before the rename")
+
+    monkeypatch.setattr(kv.os, "replace", power_cut)
+    with pytest.raises(SystemExit):
+        store.save(str(tmp_path), 20)
+    monkeypatch.undo()
+    left = [f for f in os.listdir(tmp_path) if ".tmp" in f]
+    assert len(left) == 1 and left[0].startswith("shard-0-step20.pt.tmp")  # the crash's debris
+    assert kv.committed_step(str(tmp_path)) == 10
+    # The restart: a fresh store loads the last committed step and removes the debris.
+    fresh = kv.KVStore()
+    fresh.init("w", torch.zeros(3))
+    assert fresh.load(str(tmp_path)) == 10
+    torch.testing.assert_close(fresh.pull("w"), torch.arange(3.0))
+    assert not [f for f in os.listdir(tmp_path) if ".tmp" in f]
+    assert sorted(os.listdir(tmp_path)) == ["acks.log", "committed.json", "shard-0-step10.pt"]
+
+
+def test_remove_temporaries_only_takes_temporary_files_it_owns(tmp_path):
+    for name in ["shard-0-step5.pt", "shard-0-step5.pt.tmp123", "shard-1-step5.pt.tmp9",
+                 "committed.json.tmp77", "notes.tmp", "x.tmpabc"]:
+        (tmp_path / name).write_text("x")
+    removed = kv.remove_temporaries(str(tmp_path), lambda name: name.startswith("shard-0-"))
+    assert removed == ["shard-0-step5.pt.tmp123"]
+    assert kv.remove_temporaries(str(tmp_path)) == ["committed.json.tmp77",
+                                                     "shard-1-step5.pt.tmp9"]
+    assert sorted(os.listdir(tmp_path)) == ["notes.tmp", "shard-0-step5.pt", "x.tmpabc"]
+
+
 def test_batches_do_not_depend_on_the_rank_count_split():
     whole = kv.batch_of(3, 0, 1, 8, 100)
     halves = torch.cat([kv.batch_of(3, r, 2, 4, 100) for r in range(2)])
@@ -148,25 +250,48 @@ def _check_result_is_good(result: dict, nproc: int) -> None:
     assert "push: key 'b' holds (3, 7)" in result["errors"]["shape"]
 
 
-@pytest.mark.timeout(150)
-def test_push_pull_equals_all_reduce_on_3_processes():
-    # The worker asserts pull(push) == all_reduce, with and without an SGD step, twice.
-    run = dx.launch("d2l_extras.kvstore", 3, ["--task", "check", "--timeout", 60],
-                    timeout=120, echo=False)
-    _check_result_is_good(run.result["check"], 3)
-
-
 def _reference_params(steps: int, batch: int, lr: float, world: int) -> dict:
-    # What the 2 workers must compute together: SGD on the mean of their gradients.
+    # What the workers must compute together, in one process: SGD on the mean of their gradients.
     X, y = kv.make_problem(0)
     net = kv.make_net(0)
     for step in range(steps):
-        grads = [kv._grads(net, X[i], y[i])
+        grads = [kv.gradients(net, X[i], y[i])
                  for i in (kv.batch_of(step, r, world, batch, len(X)) for r in range(world))]
         with torch.no_grad():
             for name, p in net.named_parameters():
                 p -= lr * sum(g[name] for g in grads) / world
     return {name: p.detach() for name, p in net.named_parameters()}
+
+
+def _assert_params_equal(got: dict, expected: dict) -> None:
+    assert set(got) == set(expected)
+    for name, values in got.items():
+        torch.testing.assert_close(torch.tensor(values).reshape(expected[name].shape),
+                                   expected[name], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.timeout(150)
+def test_3_processes_push_pull_compare_and_staleness():
+    # One job (every process imports torch): the worker's own push/pull == all_reduce checks;
+    # then training through the store and with allreduce, both against a one-process
+    # reference; then stale pulls, which must stay within their bound.
+    steps, batch, lr = 12, 8, 0.5
+    run = dx.launch("d2l_extras.kvstore", 3,
+                    ["--task", "check", "compare", "staleness", "--timeout", 60, "--steps", steps,
+                     "--batch", batch, "--lr", lr, "--staleness", 0, 3, "--eval-every", 4],
+                    timeout=120, echo=False)
+    _check_result_is_good(run.result["check"], 3)
+    compare = run.result["compare"]
+    expected = _reference_params(steps, batch, lr, 3)
+    _assert_params_equal(compare["store"], expected)
+    _assert_params_equal(compare["allreduce"], expected)
+    sizes = {name: t.numel() for name, t in expected.items()}
+    assert compare["owners"] == kv.shard_owners(sizes, 3)
+    assert compare["store_s"] > 0 and compare["allreduce_s"] > 0
+    stale = run.result["staleness"]
+    assert [step for step, _ in stale["curves"]["0"]] == [0, 4, 8, 12]
+    assert stale["served"]["0"] == {"max": 0, "stale_share": 0}
+    assert 0 < stale["served"]["3"]["max"] <= 3 and stale["served"]["3"]["stale_share"] > 0
 
 
 @pytest.mark.timeout(170)
@@ -179,6 +304,9 @@ def test_2_processes_push_pull_then_kill_and_restart_loses_nothing(tmp_path):
     with pytest.raises(dx.WorkerError) as crash:
         dx.launch("d2l_extras.kvstore", 2, args, timeout=75, echo=False)
     assert "failed (exit code" in str(crash.value)
+    # torchrun's report names the rank that died and its exit code
+    assert re.search(rf"rank\s*:\s*1 \(local_rank: 1\)\s*exitcode\s*:\s*{kv.CRASH_EXIT_CODE}\b",
+                     str(crash.value))
     assert (tmp_path / kv.KILLED_MARK).read_text() == "rank 1 killed at step 13"
     with open(tmp_path / "check.json", encoding="utf-8") as f:
         _check_result_is_good(json.load(f), 2)
@@ -189,7 +317,4 @@ def test_2_processes_push_pull_then_kill_and_restart_loses_nothing(tmp_path):
     assert result["resumed_from"] == 10 >= max(before)   # nothing acknowledged was lost
     assert kv.acknowledged_steps(str(tmp_path)) == [5, 10, 15, 20, 25]
     assert not [f for f in os.listdir(tmp_path) if ".tmp" in f]
-    expected = _reference_params(steps, 16, 0.5, 2)
-    for name, values in result["params"].items():
-        torch.testing.assert_close(torch.tensor(values).reshape(expected[name].shape),
-                                   expected[name])
+    _assert_params_equal(result["params"], _reference_params(steps, 16, 0.5, 2))

@@ -3,7 +3,8 @@ import pytest
 import torch
 
 import d2l_extras as dx
-from d2l_extras.ring import bus_bandwidth, reduce_reference, ring_allreduce, ring_allreduce_dist
+from d2l_extras.ring import (bus_bandwidth, check_input, message_sizes_mb, process_counts,
+                             reduce_reference, ring_allreduce, ring_allreduce_dist)
 
 
 @pytest.mark.parametrize("n", range(1, 9))
@@ -93,13 +94,67 @@ def test_dist_ring_needs_a_process_group():
         ring_allreduce_dist(torch.zeros(4))
 
 
+@pytest.mark.parametrize("gpus, expected", [
+    (0, [2, 3, 4]), (1, [2, 3, 4]), (2, [2, 3, 4]), (3, [2, 3, 4]), (4, [2, 3, 4]),
+    (5, [2, 3, 4, 5]), (6, [2, 3, 4, 6]), (7, [2, 3, 4, 7]), (8, [2, 3, 4, 8]),
+])
+def test_process_counts_for_0_to_8_gpus(gpus, expected):
+    assert process_counts(gpus) == expected
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "2", None])
+def test_process_counts_bad_input(bad):
+    with pytest.raises(ValueError, match="whole number >= 0"):
+        process_counts(bad)
+
+
+GB = 10**9
+
+
+@pytest.mark.parametrize("gpus", range(0, 9))
+def test_message_sizes_follow_the_device_the_workers_use(gpus, monkeypatch):
+    monkeypatch.setenv("D2L_PROFILE", "class")
+    for nproc in process_counts(gpus):
+        sizes = message_sizes_mb(nproc, gpus, budget=80 * GB)
+        on_gpus = gpus >= nproc  # NCCL: one GPU per process; else gloo on the CPU
+        elements = dx.wanted_size("ring_message", "cuda" if on_gpus else "cpu", "class")
+        assert sizes[-1] == elements * 4 / 2**20
+        assert sizes == [sizes[-1] / 4**k for k in (3, 2, 1, 0)]
+
+
+def test_message_sizes_shrink_to_a_small_gpu(monkeypatch):
+    monkeypatch.setenv("D2L_PROFILE", "full")
+    small = message_sizes_mb(2, 2, budget=4 * GB)
+    assert small[-1] * 2**20 * 5 <= 0.25 * 4 * GB  # 5 copies of the message fit its share
+    assert small[-1] < message_sizes_mb(2, 2, budget=80 * GB)[-1]
+
+
+def test_message_sizes_bad_input():
+    with pytest.raises(ValueError, match="nproc"):
+        message_sizes_mb(0, 0)
+    with pytest.raises(ValueError, match="gpus"):
+        message_sizes_mb(2, -1)
+
+
+def test_check_input_depends_on_the_rank_only():
+    torch.manual_seed(123)  # the global generator must not matter
+    a = check_input(1)
+    torch.manual_seed(456)
+    assert torch.equal(a, check_input(1)) and not torch.equal(a, check_input(2))
+    assert a.shape == (1001,) and a.dtype == torch.float32
+
+
 @pytest.mark.timeout(150)
-def test_dist_ring_equals_all_reduce_on_3_processes():
-    # The worker asserts ring == dist.all_reduce for each size; 0.001 MB = 262 floats, not
-    # divisible by 3. One launch keeps the test short (every process imports torch).
-    run = dx.launch("d2l_extras.ring", 3, ["--sizes-mb", 0.001, 0.01, "--repeats", 1],
+@pytest.mark.parametrize("n", [3, 4])
+def test_dist_ring_equals_the_one_process_sum(n):
+    # The worker asserts ring == dist.all_reduce for each size; here its answer on check_input
+    # is compared with the sum computed in this process. 0.001 MB = 262 floats, not divisible
+    # by 3 or 4. One tiny launch per n keeps the test short (every process imports torch).
+    run = dx.launch("d2l_extras.ring", n, ["--sizes-mb", 0.001, 0.01, "--repeats", 1],
                     timeout=120, echo=False)
     result = run.result
-    assert result["world"] == 3 and result["backend"] in ("gloo", "nccl")
+    assert result["world"] == n and result["backend"] in ("gloo", "nccl")
+    expected = reduce_reference([check_input(r) for r in range(n)])
+    torch.testing.assert_close(torch.tensor(result["check"]), expected)
     assert result["sizes_bytes"] == [262 * 4, 2621 * 4]
     assert all(t > 0 for t in result["ring_s"] + result["allreduce_s"])
