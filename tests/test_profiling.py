@@ -80,7 +80,8 @@ def test_overlap_time_counts_each_moment_once():
     assert dx.overlap_time(a, b) == pytest.approx(0.5 + 0.5)
     assert dx.overlap_time(b, a) == pytest.approx(1.0)
     assert dx.overlap_time(a, []) == 0.0
-    assert dx.overlap_time([ev("x", "L", 0.0, 1.0, "copy")], [ev("y", "M", 1.0, 1.0, "kernel")]) == 0.0
+    touching = [ev("x", "L", 0.0, 1.0, "copy")], [ev("y", "M", 1.0, 1.0, "kernel")]
+    assert dx.overlap_time(*touching) == 0.0
 
 
 def test_trace_events_reads_a_file():
