@@ -66,7 +66,8 @@ def by_data(ax):
 def main(out_dir: str) -> pathlib.Path:
     fig, axes = plt.subplots(1, 3, figsize=(9, 4))
     for ax, draw, title in zip(axes, (by_layers, within_layers, by_data),
-                               ("across layers", "within layers", "data parallelism")):
+                               ("across layers\n(pipeline parallelism)",
+                                "within layers\n(tensor parallelism)", "data parallelism")):
         draw(ax)
         ax.set_xlim(0, 2)
         ax.set_ylim(-0.8, 4.0)
