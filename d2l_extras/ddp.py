@@ -266,17 +266,31 @@ def step_timeline(step, device: torch.device) -> list[dict]:
     for ev in events:
         comm = ev.name.startswith(("gloo:", "nccl:"))
         lanes[ev.lane] = lanes.get(ev.lane, True) and comm
-    out = []
+    comm = {lane for lane, only_comm in lanes.items() if only_comm and lane.startswith("CPU")}
+    kinds, found = [], {}
     for ev in events:
-        lane, comm_lane = ev.lane, lanes[ev.lane] and ev.lane.startswith("CPU")
-        if comm_lane:
-            lane = lane.replace("CPU thread", "communication thread")
         if ev.kind == "cpu op":
-            kind = _kind(ev.name, comm_lane)
+            kind = _kind(ev.name, ev.lane in comm)
         else:  # on a GPU: NCCL's allreduce is a kernel of its own, beside the compute kernels
             kind = "allreduce" if "nccl" in ev.name.lower() else ev.kind
-        out.append(asdict(TimelineEvent(ev.name, lane, ev.start, ev.duration, kind)))
-    return out
+        kinds.append(kind)
+    # What runs after the last backward op is the optimizer's update, whatever its op names.
+    ends = [ev.end for ev, kind in zip(events, kinds) if kind == "backward"]
+    if ends:
+        kinds = ["optimizer" if kind == "forward" and ev.start >= max(ends) else kind
+                 for ev, kind in zip(events, kinds)]
+    for ev, kind in zip(events, kinds):
+        found.setdefault(ev.lane, set()).add(kind)
+    # Name the rows by what they do: "CPU thread 0 (forward, backward)", "communication thread 1"
+    names = {}
+    for lane, lane_kinds in found.items():
+        if lane in comm:
+            names[lane] = lane.replace("CPU thread", "communication thread")
+        else:
+            work = [k for k in ("forward", "backward") if k in lane_kinds]
+            names[lane] = f"{lane} ({', '.join(work)})" if work else lane
+    return [asdict(TimelineEvent(ev.name, names[ev.lane], ev.start, ev.duration, kind))
+            for ev, kind in zip(events, kinds)]
 
 
 def _count_correct(net: nn.Module, loader: DataLoader, device: torch.device) -> torch.Tensor:

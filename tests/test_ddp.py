@@ -194,3 +194,14 @@ def test_one_process_without_torchrun(monkeypatch, capsys):
         torch.set_num_threads(threads)
     out = capsys.readouterr().out
     assert '"processes": 1' in out and '"steps": 2' in out
+
+
+def test_step_timeline_names_rows_and_kinds_in_one_process():
+    net = dx.resnet18(10, 1, 4)
+    X = torch.rand(4, 1, 28, 28)
+    events = ddp.step_timeline(lambda: net(X).sum().backward(), torch.device("cpu"))
+    kinds = {ev["kind"] for ev in events}
+    assert {"forward", "backward"} <= kinds and "allreduce" not in kinds, kinds
+    lanes = {ev["lane"] for ev in events}
+    assert any(lane.endswith("(forward, backward)") for lane in lanes), lanes
+    assert all(set(ev) == {"name", "lane", "start", "duration", "kind"} for ev in events)
