@@ -228,7 +228,8 @@ def write_index(out: Path, kind: str, rows: list[dict], summary: Path | None,
             if kind == "slides" else "Each page shows a notebook with the outputs of one run.")
     net = "" if offline else "<p><b>These files load reveal.js or MathJax from the network.</b></p>"
     report = read_summary(summary)
-    runs = {run.get("notebook"): run for run in report.get("notebooks", [])
+    # tools/report.py names a notebook by its stem ("01-compilers-and-interpreters").
+    runs = {Path(str(run.get("notebook"))).stem: run for run in report.get("notebooks", [])
             if isinstance(run, dict)}
     head = ""
     if report:
@@ -239,7 +240,7 @@ def write_index(out: Path, kind: str, rows: list[dict], summary: Path | None,
     items = []
     for row in rows:
         hw = row["hardware"] or "(no hardware report in the first output: not executed)"
-        run = runs.get(row["notebook"], {})
+        run = runs.get(Path(row["notebook"]).stem, {})
         status = ""
         if run:
             status = (f" FAILED: {html.escape(str(run['error']))}" if run.get("error")
