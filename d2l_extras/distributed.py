@@ -4,13 +4,21 @@ One machine, 2 processes (what the notebooks do):
     python -m torch.distributed.run --nproc-per-node=2 --master-addr=127.0.0.1 \
         --master-port=29500 -m d2l_extras.ddp --epochs 2
 Two machines, 2 processes each: run on every machine, with --node-rank 0 or 1 and the first
-machine's reachable address:
+machine's reachable address (on a trusted network only: the store has no authentication):
     python -m torch.distributed.run --nnodes=2 --node-rank=0 --nproc-per-node=2 \
         --master-addr=10.0.0.1 --master-port=29500 -m d2l_extras.ddp --epochs 2
+
+`launch` runs the first kind from a notebook. Everything it starts ends with it: on success, on a
+worker's error, at the timeout and when the cell is interrupted (KeyboardInterrupt). On one
+machine nothing it starts listens on an address other than 127.0.0.1: torchrun's rendezvous
+store (a TCPStore without authentication) would otherwise listen on every interface, so
+`python -m d2l_extras.distributed ARGS` runs torchrun with its store bound to loopback.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
+import ipaddress
 import json
 import os
 import queue
@@ -22,8 +30,9 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import psutil
 import torch
@@ -31,6 +40,8 @@ import torch
 from .hardware import whole_number
 
 RESULT_ENV = "D2L_RESULT_FILE"
+# Seconds torchrun gets to stop its workers after SIGTERM before everything gets SIGKILL.
+STOP_GRACE_S = 5.0
 
 
 class WorkerError(RuntimeError):
@@ -50,6 +61,16 @@ def loopback_interface() -> str | None:
         if any(a.family == socket.AF_INET and a.address == "127.0.0.1" for a in addrs):
             return name
     return None
+
+
+def is_loopback(host: str) -> bool:
+    """True if host is this machine only: 127.x.x.x, ::1 or localhost."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 @dataclass
@@ -77,65 +98,189 @@ def torchrun_command(module: str, nproc: int, args: Sequence[str] = (), nnodes: 
             "-m", module, *map(str, args)]
 
 
-def _kill_tree(proc: subprocess.Popen) -> None:
-    # torchrun's workers are its children: end the whole group, not only torchrun.
+def _loopback_env(run_env: dict[str, str]) -> None:
+    # gloo and NCCL pick an interface from the host name (a public address) unless told;
+    # the user's own settings win.
+    lo = loopback_interface()
+    if lo:
+        run_env.setdefault("GLOO_SOCKET_IFNAME", lo)
+        run_env.setdefault("NCCL_SOCKET_IFNAME", "=" + lo)  # "=": exactly this interface
+
+
+class _ProcessTree:
+    """torchrun and every process it started, remembered while they run, so all can be ended.
+
+    torchrun starts each worker in a session of its own (start_new_session=True), so a signal
+    to torchrun's process group misses them, and once torchrun is gone they belong to init.
+    Hence: collect the descendants while waiting, then end them one by one.
+    """
+
+    def __init__(self, proc: subprocess.Popen):
+        self.proc = proc
+        self.known: set[psutil.Process] = set()
+        self.leaders: set[psutil.Process] = set()  # each leads a session: torchrun, workers
+        try:
+            self.root: psutil.Process | None = psutil.Process(proc.pid)
+            self.leaders.add(self.root)  # start_new_session=True
+        except psutil.NoSuchProcess:
+            self.root = None
+
+    def collect(self) -> None:
+        """Remember torchrun's descendants (workers and their children) as they are now."""
+        if self.root is None or self.proc.poll() is not None:
+            return
+        try:
+            children = self.root.children(recursive=True)
+        except psutil.NoSuchProcess:
+            return
+        for child in children:
+            if child not in self.known:
+                self.known.add(child)
+                with contextlib.suppress(OSError):
+                    if hasattr(os, "getsid") and os.getsid(child.pid) == child.pid:
+                        self.leaders.add(child)  # a worker: its own children share it
+
+    def _session_members(self) -> list[psutil.Process]:
+        # A session id is not reused while any process is in the session, so every process
+        # still in a worker's session is that worker's offspring, even one we never saw.
+        if not hasattr(os, "getsid"):
+            return []
+        sessions = set()
+        for leader in self.leaders:
+            try:  # the leader runs (same start time) or is gone: its session id is still ours
+                if psutil.Process(leader.pid).create_time() == leader.create_time():
+                    sessions.add(leader.pid)
+            except psutil.NoSuchProcess:
+                sessions.add(leader.pid)
+        found = []
+        for p in psutil.process_iter():
+            with contextlib.suppress(OSError, psutil.Error):
+                if p.pid != os.getpid() and os.getsid(p.pid) in sessions:
+                    found.append(p)
+        return found
+
+    def stop(self, grace: float = STOP_GRACE_S) -> list[psutil.Process]:
+        """End torchrun (SIGTERM; SIGKILL after grace s) and all it started; return survivors."""
+        self.collect()
+        if self.proc.poll() is None:
+            with contextlib.suppress(OSError):
+                self.proc.send_signal(signal.SIGTERM)  # torchrun stops its workers itself
+            end = time.monotonic() + grace
+            while self.proc.poll() is None and time.monotonic() < end:
+                self.collect()
+                time.sleep(0.05)
+        victims = {p for p in self.known | set(self._session_members()) if _running(p)}
+        if self.proc.poll() is None:
+            with contextlib.suppress(OSError):
+                if os.name == "posix":
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                else:
+                    self.proc.kill()
+        for p in victims:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=10)
+        end = time.monotonic() + 10
+        while any(_running(p) for p in victims) and time.monotonic() < end:
+            time.sleep(0.05)
+        return [p for p in victims if _running(p)]
+
+
+def _running(p: psutil.Process) -> bool:
+    # A zombie has ended; it only waits for its parent (or init) to collect its exit status.
     try:
-        if os.name == "posix":
-            os.killpg(proc.pid, signal.SIGKILL)
-        else:
-            for child in psutil.Process(proc.pid).children(recursive=True):
-                child.kill()
-            proc.kill()
-    except (ProcessLookupError, psutil.NoSuchProcess):
-        pass
-    proc.wait()
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+@contextlib.contextmanager
+def _sigint_deferred() -> Iterator[None]:
+    # A second interrupt while the workers are being stopped would leave them running: hold it
+    # until they are gone, then raise it.
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    hits: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: hits.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if hits:
+        raise KeyboardInterrupt
 
 
 def launch(module: str, nproc: int, args: Sequence[str] = (), timeout: float = 300,
            echo: bool = True, nnodes: int = 1, node_rank: int = 0,
            master_addr: str = "127.0.0.1", master_port: int | None = None,
-           env: dict[str, str] | None = None) -> LaunchResult:
-    """Run `module` under torchrun in nproc processes; stream output, end it all on timeout."""
+           env: dict[str, str] | None = None, grace: float = STOP_GRACE_S) -> LaunchResult:
+    """Run `module` under torchrun in nproc processes; stream output, end it all on any exit."""
     cmd = torchrun_command(module, nproc, args, nnodes, node_rank, master_addr, master_port)
+    local = nnodes == 1 and is_loopback(master_addr)
+    if local:  # the same torchrun, with its store on loopback (see main below)
+        cmd = [sys.executable, "-m", __name__, *cmd[3:]]
     with tempfile.TemporaryDirectory(prefix="d2l-launch-") as tmp:
         result_file = os.path.join(tmp, "result.json")
         run_env = {**os.environ, **(env or {}), RESULT_ENV: result_file, "PYTHONUNBUFFERED": "1"}
         # k processes share the cores: without a limit each would start one thread per core.
         run_env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
-        if master_addr.startswith("127.") and "GLOO_SOCKET_IFNAME" not in run_env:
-            lo = loopback_interface()  # keep gloo's traffic on this machine
-            if lo:
-                run_env["GLOO_SOCKET_IFNAME"] = lo
+        if local:
+            _loopback_env(run_env)
         lines: list[str] = []
         pipe: queue.Queue = queue.Queue()
-        start = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, text=True, env=run_env,
-                                start_new_session=(os.name == "posix"))
-        reader = threading.Thread(target=lambda: [pipe.put(l) for l in proc.stdout] and None,
-                                  daemon=True)
-        reader.start()
-        deadline = start + timeout
-        while True:
-            try:
-                line = pipe.get(timeout=0.1).rstrip("\n")
+
+        def take_lines(wait: float = 0.0) -> None:
+            # Wait up to `wait` s (interruptibly) for a first line, then take what is there.
+            while True:
+                try:
+                    line = pipe.get(timeout=wait) if wait else pipe.get_nowait()
+                except queue.Empty:
+                    return
+                wait = 0.0
+                line = line.rstrip("\n")
                 lines.append(line)
                 if echo:
                     print(line, flush=True)
-                continue
-            except queue.Empty:
-                pass
-            if proc.poll() is not None and not reader.is_alive() and pipe.empty():
-                break
-            if time.perf_counter() > deadline:
-                _kill_tree(proc)
-                tail = "\n".join(lines[-20:])
-                raise WorkerError(f"{module} did not finish within {timeout:.0f} s and was "
-                                  f"stopped. Last output:\n{tail}")
-        seconds = time.perf_counter() - start
+
+        start = time.perf_counter()
+        # A session of its own: an interrupt meant for the notebook does not reach torchrun
+        # half-way; launch stops it in order instead.
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, text=True, env=run_env,
+                                start_new_session=(os.name == "posix"))
+        tree = _ProcessTree(proc)
+        reader = threading.Thread(target=lambda: [pipe.put(l) for l in proc.stdout] and None,
+                                  daemon=True)
+        reader.start()
+        timed_out = False
+        try:
+            while proc.poll() is None:
+                take_lines(wait=0.1)
+                tree.collect()
+                if time.perf_counter() > start + timeout:
+                    timed_out = True
+                    break
+            seconds = time.perf_counter() - start
+        finally:  # also on KeyboardInterrupt: nothing outlives the call
+            with _sigint_deferred():
+                survivors = tree.stop(grace)
+                reader.join(timeout=5)  # the pipe closes once every worker is gone
+                if not reader.is_alive():
+                    proc.stdout.close()
+        take_lines()
+        if survivors:
+            warnings.warn(f"processes {[p.pid for p in survivors]} of {module} survived SIGKILL",
+                          RuntimeWarning, stacklevel=2)
+        if timed_out:
+            tail = "\n".join(lines[-20:])
+            raise WorkerError(f"{module} did not finish within {timeout:.0f} s and was "
+                              f"stopped. Last output:\n{tail}")
         if proc.returncode != 0:
-            raise WorkerError(f"{module} failed (exit code {proc.returncode}). "
-                              f"{_first_error(lines)}\nLast output:\n" + "\n".join(lines[-25:]))
+            raise WorkerError(f"{module} failed{_failed_rank(lines)} (exit code "
+                              f"{proc.returncode}). {_first_error(lines)}\nLast output:\n"
+                              + "\n".join(lines[-25:]))
         result = None
         if os.path.exists(result_file):
             with open(result_file, encoding="utf-8") as f:
@@ -149,6 +294,17 @@ def _first_error(lines: list[str]) -> str:
         match = _ERROR_LINE.match(line.strip())
         if match and "ChildFailedError" not in match.group(1):
             return f"Worker error: {match.group(1)}: {match.group(2)}"
+    return ""
+
+
+def _failed_rank(lines: list[str]) -> str:
+    # torchrun's summary ends with "Root Cause (first observed failure):" and that rank.
+    for i, line in enumerate(lines):
+        if line.startswith("Root Cause"):
+            for later in lines[i + 1:i + 6]:
+                match = re.match(r"\s*rank\s*:\s*(\d+)", later)
+                if match:
+                    return f" on rank {match.group(1)}"
     return ""
 
 
@@ -185,3 +341,45 @@ def save_result(obj: Any) -> None:
         os.replace(tmp, path)  # atomic: launch() never reads half a file
     else:
         print(json.dumps(obj))
+
+
+def _loopback_store(host: str, port: int) -> Any:
+    """Serve torchrun's rendezvous store on host:port (a loopback address) only."""
+    from torch.distributed import TCPStore
+
+    # TCPStore's server listens on every interface; given a socket that is already bound it
+    # takes that one. torchrun's own TCPStore on the same port (multi_tenant) then shares this
+    # server instead of starting one. libuv takes such a socket from torch 2.8 on.
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    libuv = tuple(int(x) for x in re.findall(r"\d+", torch.__version__)[:2]) >= (2, 8)
+    return TCPStore(host, port, None, True, datetime.timedelta(seconds=900),
+                    wait_for_workers=False, multi_tenant=True,
+                    master_listen_fd=sock.detach(), use_libuv=libuv)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Run torchrun with these arguments in this process, its store bound to --master-addr."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ours = argv[:argv.index("-m")] if "-m" in argv else argv
+    opts = dict(a[2:].split("=", 1) for a in ours if a.startswith("--") and "=" in a)
+    host, port = opts.get("master-addr", ""), opts.get("master-port", "")
+    store = None
+    if opts.get("nnodes", "1") == "1" and is_loopback(host) and port.isdigit():
+        try:
+            store = _loopback_store(host, int(port))
+        except (OSError, RuntimeError, TypeError, ValueError) as err:
+            print(f"d2l_extras: torchrun's store listens on every interface ({err})", flush=True)
+    from torch.distributed.run import main as torchrun
+
+    torchrun(argv)  # `store` stays referenced, so served, until torchrun returns
+
+
+if __name__ == "__main__":
+    main()

@@ -1,4 +1,78 @@
-"""Shared test set-up: a headless matplotlib backend, and a profile the tests control."""
+"""Shared test set-up: a headless matplotlib backend, and a profile the tests control.
+
+Also a check that the suite leaves no process behind: at the end of the session every process
+that the tests started and that still runs is listed, killed, and the run fails.
+"""
+import contextlib
+import ctypes
+import os
+import sys
+import time
+
 import matplotlib
+import psutil
+import pytest
 
 matplotlib.use("Agg")
+
+_PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
+
+
+def pytest_configure(config):
+    # A process whose parent dies (a torchrun worker) is adopted by init and would escape the
+    # check below; as a "subreaper" this pytest process adopts such orphans instead (Linux).
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def _running(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _reap_zombies() -> None:
+    # Orphans adopted by this process end as its zombies: collect their exit status.
+    for p in psutil.Process().children():
+        with contextlib.suppress(psutil.Error, ChildProcessError, OSError):
+            if p.status() == psutil.STATUS_ZOMBIE:
+                os.waitpid(p.pid, os.WNOHANG)
+
+
+def leftover_processes(wait: float = 5.0) -> list[psutil.Process]:
+    """Processes started by this session that still run after `wait` s (zombies excluded)."""
+    if "torch._inductor.async_compile" in sys.modules:  # compile workers end with their pool
+        with contextlib.suppress(Exception):
+            sys.modules["torch._inductor.async_compile"].shutdown_compile_workers()
+    end = time.monotonic() + wait  # a notebook kernel may still be shutting down
+    while True:
+        alive = [p for p in psutil.Process().children(recursive=True) if _running(p)]
+        if not alive or time.monotonic() > end:
+            return alive
+        time.sleep(0.1)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus):
+    """Fail the run loudly if a process that the tests started is still running, and kill it."""
+    alive = leftover_processes()
+    if alive:
+        lines = []
+        for p in alive:
+            with contextlib.suppress(psutil.Error):
+                lines.append(f"  pid {p.pid} (parent {p.ppid()}): {' '.join(p.cmdline())[:200]}")
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        psutil.wait_procs(alive, timeout=10)
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        message = (f"{len(alive)} process(es) started by the tests were still running at the "
+                   "end (now killed):\n" + "\n".join(lines))
+        if reporter is not None:
+            reporter.write_sep("=", "LEAKED PROCESSES", red=True, bold=True)
+            reporter.write_line(message)
+        else:
+            print(message, file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    _reap_zombies()

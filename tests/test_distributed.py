@@ -1,10 +1,18 @@
+import os
+import signal
+import socket
+import subprocess
 import sys
 import textwrap
+import threading
 import time
+from pathlib import Path
 
+import psutil
 import pytest
 
 import d2l_extras as dx
+from d2l_extras.distributed import is_loopback
 
 
 @pytest.fixture
@@ -29,9 +37,84 @@ def worker_dir(tmp_path, monkeypatch):
             raise ValueError("rank 1 cannot go on")
         dist.all_reduce(torch.ones(1))  # rank 0 waits here for a peer that is gone
     """))
-    (tmp_path / "slow_worker.py").write_text("import time\ntime.sleep(600)\n")
+    # Each worker starts a child that ignores SIGTERM (as a slow daemon might), writes both
+    # pids with their start times to D2L_PID_DIR, then sleeps, fails (rank 1) or exits.
+    (tmp_path / "pid_worker.py").write_text(textwrap.dedent("""
+        import os, pathlib, signal, subprocess, sys, time
+        import psutil
+        folder, rank = pathlib.Path(os.environ["D2L_PID_DIR"]), int(os.environ["RANK"])
+        mode = os.environ.get("D2L_MODE", "sleep")
+        if os.environ.get("D2L_IGNORE_TERM"):
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        child = subprocess.Popen([sys.executable, "-c", "import signal, time; "
+                                  "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"])
+        for name, pid in ((f"worker{rank}", os.getpid()), (f"child{rank}", child.pid)):
+            tmp = folder / f"{name}.tmp"
+            tmp.write_text(f"{pid} {psutil.Process(pid).create_time()}")
+            tmp.rename(folder / f"{name}.pid")
+        print(f"rank {rank} ready", flush=True)
+        if mode == "exit":
+            sys.exit(0)  # leaves its child behind
+        if mode == "fail" and rank == 1:
+            end = time.monotonic() + 120  # fail once rank 0 has written its pids
+            while not (folder / "child0.pid").exists() and time.monotonic() < end:
+                time.sleep(0.05)
+            raise ValueError("rank 1 cannot go on")
+        time.sleep(600)
+    """))
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     return tmp_path
+
+
+def _wait_for(condition, seconds):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _recorded(folder):
+    """The processes a pid_worker run wrote down: name -> (pid, start time)."""
+    return {f.stem: tuple(float(x) for x in f.read_text().split()) for f in folder.glob("*.pid")}
+
+
+def _still_running(processes):
+    """Those of the recorded processes that still run (same pid and start time, no zombie)."""
+    alive = []
+    for name, (pid, started) in processes.items():
+        try:
+            p = psutil.Process(int(pid))
+            if p.create_time() == started and p.status() != psutil.STATUS_ZOMBIE:
+                alive.append(f"{name} (pid {int(pid)}: {' '.join(p.cmdline())})")
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+def _running_children():
+    """This process's descendants that still run (tests/conftest.py adopts orphans, zombies too)."""
+    alive = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE:
+                alive.append(f"pid {p.pid}: {' '.join(p.cmdline())}")
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+def _children_now():
+    return {f"launched {p.pid}": (p.pid, p.create_time())
+            for p in psutil.Process().children(recursive=True)}
+
+
+@pytest.fixture
+def pid_dir(tmp_path):
+    folder = tmp_path / "pids"
+    folder.mkdir()
+    return folder
 
 
 def test_free_port_is_bindable():
@@ -64,16 +147,124 @@ def test_launch_returns_output_and_result(worker_dir):
 
 def test_failing_worker_fails_fast_with_its_message(worker_dir):
     start = time.perf_counter()
-    with pytest.raises(dx.WorkerError, match="ValueError: rank 1 cannot go on"):
+    with pytest.raises(dx.WorkerError, match="failed on rank 1 .*ValueError: rank 1 cannot go"):
         dx.launch("bad_worker", 2, timeout=120, echo=False)
     assert time.perf_counter() - start < 60
 
 
-def test_hanging_run_is_stopped_at_the_timeout(worker_dir):
+def test_hanging_run_is_stopped_at_the_timeout(worker_dir, pid_dir):
+    # Workers and their children ignore SIGTERM: torchrun would wait 30 s for them, launch
+    # kills them all after `grace` s.
     start = time.perf_counter()
-    with pytest.raises(dx.WorkerError, match="did not finish within 15 s"):
-        dx.launch("slow_worker", 1, timeout=15, echo=False)
-    assert time.perf_counter() - start < 40
+    with pytest.raises(dx.WorkerError, match="did not finish within 25 s"):
+        dx.launch("pid_worker", 2, timeout=25, echo=False, grace=2,
+                  env={"D2L_PID_DIR": str(pid_dir), "D2L_IGNORE_TERM": "1"})
+    assert time.perf_counter() - start < 25 + 2 + 30
+    started = _recorded(pid_dir)
+    assert sorted(started) == ["child0", "child1", "worker0", "worker1"], \
+        "the workers did not start within the timeout: nothing was checked"
+    assert _still_running(started) == []
+    assert _running_children() == []
+
+
+def test_failing_worker_leaves_no_process_behind(worker_dir, pid_dir):
+    # torchrun stops rank 0 with SIGTERM to its process group; the children ignore it.
+    with pytest.raises(dx.WorkerError, match="ValueError: rank 1 cannot go on"):
+        dx.launch("pid_worker", 2, timeout=120, echo=False,
+                  env={"D2L_PID_DIR": str(pid_dir), "D2L_MODE": "fail"})
+    started = _recorded(pid_dir)
+    assert sorted(started) == ["child0", "child1", "worker0", "worker1"]
+    assert _still_running(started) == []
+
+
+def test_finished_run_leaves_no_process_behind(worker_dir, pid_dir):
+    # The workers exit 0 and leave their children running: the job is over, so are they.
+    run = dx.launch("pid_worker", 2, timeout=120, echo=False,
+                    env={"D2L_PID_DIR": str(pid_dir), "D2L_MODE": "exit"})
+    assert any("rank 1 ready" in line for line in run.output)
+    started = _recorded(pid_dir)
+    assert sorted(started) == ["child0", "child1", "worker0", "worker1"]
+    assert _still_running(started) == []
+
+
+def test_interrupt_ends_torchrun_and_every_worker(worker_dir, pid_dir):
+    # What stopping a notebook cell does: SIGINT to this process, KeyboardInterrupt in launch.
+    seen = {}
+
+    def interrupt_when_all_run():
+        if _wait_for(lambda: len(_recorded(pid_dir)) == 4, 120):
+            seen.update(_children_now())  # torchrun and the workers, while they run
+            os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt_when_all_run, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        dx.launch("pid_worker", 2, timeout=150, echo=False, grace=2,
+                  env={"D2L_PID_DIR": str(pid_dir), "D2L_IGNORE_TERM": "1"})
+    started = _recorded(pid_dir)
+    assert sorted(started) == ["child0", "child1", "worker0", "worker1"]
+    assert len(seen) >= 5  # torchrun, 2 workers, 2 children
+    assert _still_running({**started, **seen}) == []
+
+
+def _inet_sockets(processes):
+    found = []
+    for p in processes:
+        try:
+            found += [(p.pid, c.status, c.laddr) for c in p.net_connections(kind="inet")]
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
+def test_loopback_store_listens_on_127_0_0_1_only():
+    from d2l_extras.distributed import _loopback_store
+
+    port = dx.free_port()
+    store = _loopback_store("127.0.0.1", port)
+    store.set("key", "value")
+    listening = [c.laddr for c in psutil.Process().net_connections(kind="inet")
+                 if c.status == psutil.CONN_LISTEN and c.laddr.port == port]
+    del store
+    assert [a.ip for a in listening] == ["127.0.0.1"]
+
+
+def test_single_machine_run_listens_on_loopback_only(worker_dir):
+    # torchrun's store and gloo's sockets, seen while the workers wait for a file.
+    (worker_dir / "net_worker.py").write_text(textwrap.dedent("""
+        import os, pathlib, time
+        import torch.distributed as dist
+        import d2l_extras as dx
+        rank, world, device = dx.init_worker(timeout_s=120)
+        dist.barrier()
+        folder = pathlib.Path(os.environ["D2L_NET_DIR"])
+        (folder / f"ready{rank}").write_text("")
+        end = time.monotonic() + 120
+        while not (folder / "done").exists() and time.monotonic() < end:
+            time.sleep(0.05)
+        dist.barrier()
+        dist.destroy_process_group()
+    """))
+    sockets = []
+
+    def inspect_when_ready():
+        ready = lambda: all((worker_dir / f"ready{r}").exists() for r in range(2))
+        if _wait_for(ready, 150):
+            sockets.extend(_inet_sockets(psutil.Process().children(recursive=True)))
+        (worker_dir / "done").write_text("")
+
+    threading.Thread(target=inspect_when_ready, daemon=True).start()
+    dx.launch("net_worker", 2, timeout=180, echo=False, env={"D2L_NET_DIR": str(worker_dir)})
+    listening = [s for s in sockets if s[1] == psutil.CONN_LISTEN]
+    assert len(listening) >= 2, f"expected the store and gloo listening, saw {sockets}"
+    assert [s for s in sockets if not is_loopback(s[2].ip.removeprefix("::ffff:"))] == []
+
+
+@pytest.mark.parametrize("host, expected", [("127.0.0.1", True), ("127.1.2.3", True),
+                                            ("::1", True), ("localhost", True),
+                                            ("0.0.0.0", False), ("10.0.0.1", False),
+                                            ("::", False), ("node1", False)])
+def test_is_loopback(host, expected):
+    assert is_loopback(host) is expected
 
 
 def test_env_reaches_the_workers_and_wins_over_defaults(worker_dir):
@@ -87,3 +278,28 @@ def test_env_reaches_the_workers_and_wins_over_defaults(worker_dir):
     run = dx.launch("env_worker", 1, timeout=120, echo=False,
                     env={"OMP_NUM_THREADS": "3", "D2L_TEST_FLAG": "yes"})
     assert run.result == {"OMP_NUM_THREADS": "3", "D2L_TEST_FLAG": "yes"}
+
+
+def test_suite_fails_when_a_test_leaves_a_process_behind(tmp_path):
+    # tests/conftest.py's end-of-session check, run on a small suite whose test leaves an
+    # orphan behind (its parent exits at once, as torchrun did before launch ended workers).
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "conftest.py").write_text(
+        (Path(__file__).parent / "conftest.py").read_text(encoding="utf-8"))
+    pid_file = tmp_path / "orphan.pid"
+    (suite / "test_leak.py").write_text(textwrap.dedent(f"""
+        import subprocess, sys, time, pathlib
+        def test_leaves_an_orphan():
+            code = ("import subprocess, sys, pathlib; p = subprocess.Popen([sys.executable, '-c', "
+                    "'import time; time.sleep(600)']); pathlib.Path({str(pid_file)!r})"
+                    ".write_text(str(p.pid))")
+            subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    """))
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "."],
+                         cwd=suite, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "LEAKED PROCESSES" in run.stdout and "time.sleep(600)" in run.stdout
+    orphan = int(pid_file.read_text())
+    assert not psutil.pid_exists(orphan) or \
+        psutil.Process(orphan).status() == psutil.STATUS_ZOMBIE
