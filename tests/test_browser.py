@@ -20,7 +20,7 @@ from test_slides import SECTIONS, build  # noqa: E402
 from tools.browser import Browser, find_chromium  # noqa: E402
 
 pytest.importorskip("websocket", reason="websocket-client is not installed (requirements.txt)")
-pytestmark = pytest.mark.skipif(
+needs_chromium = pytest.mark.skipif(
     find_chromium() is None,
     reason="no Chromium installed: apt-get install -y chromium (Debian) runs this test")
 
@@ -64,6 +64,7 @@ def site(tmp_path_factory):
     return {"slides": build("slides", tmp), "html": build("html", tmp)}
 
 
+@needs_chromium
 def test_deck_has_a_slide_per_section_with_its_pictures(site):
     with Browser() as browser:
         browser.open((site["slides"] / "demo.slides.html").as_uri())
@@ -86,6 +87,7 @@ def test_deck_has_a_slide_per_section_with_its_pictures(site):
         assert not real_errors(browser.errors), browser.errors
 
 
+@needs_chromium
 def test_page_shows_outputs_pictures_and_math(site):
     with Browser(height=1200) as browser:
         browser.open((site["html"] / "demo.html").as_uri())
@@ -98,3 +100,23 @@ def test_page_shows_outputs_pictures_and_math(site):
         assert browser.evaluate("document.links.length") >= 1
         shot(browser, "index.png")
         assert not real_errors(browser.errors), browser.errors
+
+
+def test_chromium_can_be_named_and_its_absence_is_explained(monkeypatch, tmp_path):
+    monkeypatch.setenv("CHROMIUM", "/opt/my/chrome")
+    assert find_chromium() == "/opt/my/chrome"
+    monkeypatch.delenv("CHROMIUM")
+    monkeypatch.setenv("PATH", str(tmp_path))  # nothing to find
+    assert find_chromium() is None
+    with pytest.raises(FileNotFoundError, match="apt-get install -y chromium"):
+        Browser()
+
+
+@needs_chromium
+def test_a_script_error_is_reported(tmp_path):
+    page = tmp_path / "broken.html"
+    page.write_text("<html><body><script>undefined_function();</script></body></html>")
+    with Browser() as browser:
+        browser.open(page.as_uri())
+        assert browser.evaluate("1 + 1") == 2
+    assert any("undefined_function" in e for e in browser.errors), browser.errors
