@@ -169,6 +169,8 @@ class Gather:
     source_bytes: int
     random_s: float
     contiguous_s: float
+    random_best_s: float | None = None       # fastest repeat: what load disturbed least
+    contiguous_best_s: float | None = None
 
     @property
     def ratio(self) -> float:
@@ -195,7 +197,8 @@ def gather_time(n: int | None = None, source_bytes: int | None = None,
                          repeats, clock=clock, name="random")
     cont = time_per_call(lambda: torch.index_select(source, 0, consecutive, out=out), [device],
                          repeats, clock=clock, name="contiguous")
-    return Gather(n, source.nbytes, rand.median / n, cont.median / n)
+    return Gather(n, source.nbytes, rand.median / n, cont.median / n, min(rand.warm) / n,
+                  min(cont.warm) / n)
 
 
 @dataclass
@@ -302,6 +305,8 @@ class LoopVsVector:
     n: int
     loop_s: float
     vector_s: float
+    loop_best_s: float | None = None         # fastest repeat: what load disturbed least
+    vector_best_s: float | None = None
 
     @property
     def speedup(self) -> float:
@@ -328,7 +333,7 @@ def loop_vs_vectorized(n: int | None = None, repeats: int = 3, *,
     # Same arithmetic, so the same numbers (torch.testing would import a lot; allclose will do).
     if not torch.allclose(torch.tensor(out, dtype=torch.float32), vector()):
         raise AssertionError("the loop and the vectorized a*x + y disagree")
-    return LoopVsVector(n, lm.median / n, vm.median / n)
+    return LoopVsVector(n, lm.median / n, vm.median / n, min(lm.warm) / n, min(vm.warm) / n)
 
 
 def dtype_supported(dtype: str | torch.dtype, device: torch.device | str | None = None) -> bool:

@@ -65,6 +65,13 @@ def same_order(a, b):
     return 1 / ORDER <= a / b <= ORDER
 
 
+def around(measure_ours, measure_theirs):
+    """Theirs, ours, theirs: the best of theirs, from both sides of ours."""
+    before = measure_theirs()
+    ours = measure_ours()
+    return ours, min(before, measure_theirs())
+
+
 def best_time(fn, repeats=5):
     fn()
     times = []
@@ -163,13 +170,15 @@ def test_gather_counts_elements():
 
 
 def test_gather_is_physical_and_of_numpy_takes_order():
-    g = hb.gather_time(2 ** 18, 16 * MiB, "cpu")
     src = np.full(16 * MiB // 4, 1.0, dtype=np.float32)
     idx = np.random.default_rng(0).integers(0, src.size, 2 ** 18)
     out = np.empty(2 ** 18, dtype=np.float32)
-    t = best_time(lambda: np.take(src, idx, out=out)) / 2 ** 18
+    g, t = around(lambda: hb.gather_time(2 ** 18, 16 * MiB, "cpu"),
+                  lambda: best_time(lambda: np.take(src, idx, out=out)) / 2 ** 18)
     assert 0 < g.contiguous_s and 0 < g.random_s < 1e-5, "10 us per element: not a memory read"
-    assert same_order(g.random_s, t), (g.random_s, t)
+    assert g.random_best_s <= g.random_s and g.contiguous_best_s <= g.contiguous_s
+    # fastest repeat against fastest repeat: load only ever adds time, to either side
+    assert same_order(g.random_best_s, t), (g.random_best_s, t)
 
 
 def test_cache_sweep_counts_reads_per_working_set():
@@ -229,11 +238,13 @@ def test_loop_time_is_physical_and_of_timeits_order():
         for i in range(n):
             out[i] = 2.0 * xs[i] + ys[i]
 
-    r = hb.loop_vs_vectorized(n)
-    by_hand = min(timeit.repeat(loop, number=1, repeat=3)) / n
+    r, by_hand = around(lambda: hb.loop_vs_vectorized(n),
+                        lambda: min(timeit.repeat(loop, number=1, repeat=3)) / n)
     # a Python loop step takes nanoseconds at least (interpreter), well under a millisecond
     assert 1e-9 < r.loop_s < 1e-3 and 0 < r.vector_s < 1e-6
-    assert same_order(r.loop_s, by_hand), (r.loop_s, by_hand)
+    assert r.loop_best_s <= r.loop_s and r.vector_best_s <= r.vector_s
+    # fastest repeat against fastest repeat: load only ever adds time, to either side
+    assert same_order(r.loop_best_s, by_hand), (r.loop_best_s, by_hand)
 
 
 def test_matmul_rate_counts_2_n_cubed_flops():
