@@ -63,9 +63,12 @@ $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
 	  --display-name "Python (d2l computational performance)"
 	touch $(STAMP)
 
+# The server's root is the repository, so that the notebooks' figures (../images/) load;
+# it opens on notebooks/.
 lab: $(call ready,lab)
 	$(LAB_KERNEL)
-	$(PY) -m jupyter lab --notebook-dir=notebooks $(AS_ROOT) $(LAB_ARGS)
+	$(PY) -m jupyter lab --notebook-dir=. --ServerApp.default_url=/lab/tree/notebooks \
+	  $(AS_ROOT) $(LAB_ARGS)
 
 test: $(call ready,test)
 	D2L_PROFILE=$(TEST_PROFILE) $(PY) -m pytest $(TESTS) $(NBVAL)
@@ -90,7 +93,7 @@ report: $(call ready,report)
 # The notebooks as reveal.js decks (build/slides/) and as static pages with their outputs
 # (build/html/), each with an index.html and local copies of reveal.js and MathJax (they work
 # offline). Built from the copies `make report` executed, which it reruns when a notebook is newer.
-slides html: $(call ready,report) $(REPORT_DIR)/summary.json
+slides html: $(call ready,site) $(REPORT_DIR)/summary.json
 	$(PY) tools/nbsite.py $@ --notebooks $(REPORT_DIR)/notebooks \
 	  --summary $(REPORT_DIR)/summary.json --out build/$@
 

