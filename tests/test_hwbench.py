@@ -302,14 +302,20 @@ def test_roofline_counts_flops_and_bytes_and_probes_the_roof():
     assert (mv.flops, mv.bytes, mv.size) == (2 * 64 ** 2, 4 * (64 ** 2 + 2 * 64), 64)
     assert (mm.flops, mm.bytes, mm.size) == (2 * k ** 3, 12 * k ** 2, k)
     assert add.intensity == pytest.approx(1 / 12) and mm.intensity == pytest.approx(k / 6)
+    mv_bytes = 4 * (64 ** 2 + 2 * 64)
     assert roof.probes == pytest.approx({"read": 4 * n / 1e9, "copy": 8 * n / 1e9,
-                                         "matmul": 2 * k ** 3 / 1e9})
-    assert roof.bandwidth_gbps == roof.probes["copy"] and roof.peak_gflops == roof.probes["matmul"]
-    assert mm.gflops == roof.peak_gflops
-    # On this clock the vector add moves 12n bytes "per second", more than the copy's 8n: the
-    # check that guards the notebook's roofline catches it.
-    assert hb.roof_violations([add, mv, mm], roof) == \
-        [f"vector add: {add.gflops:.3g} GFLOP/s > roof {roof.attainable(add.intensity):.3g}"]
+                                         "vector add": 12 * n / 1e9, "matrix-vector": mv_bytes / 1e9,
+                                         "matmul": 2 * k ** 3 / 1e9,
+                                         "matrix-matrix": 2 * k ** 3 / 1e9})
+    # the roof is the best of everything streaming, and of every product, in this run
+    assert roof.bandwidth_gbps == pytest.approx(12 * n / 1e9) and roof.set_by[0] == "vector add"
+    assert roof.peak_gflops == pytest.approx(2 * k ** 3 / 1e9) and roof.set_by[1] == "matmul"
+    assert hb.roof_violations([add, mv, mm], roof) == []
+    # a roof taken from elsewhere (here: the copy alone, as 04 once did) puts points above it
+    stale = hb.Roof(roof.probes["copy"], roof.peak_gflops)
+    assert hb.roof_violations([add, mv, mm], stale) == \
+        [f"vector add: {add.gflops:.3g} GFLOP/s > roof {stale.attainable(add.intensity):.3g}"]
+    assert stale.set_by == ("given", "given")
 
 
 def test_roofline_takes_k_from_the_size_policy(monkeypatch):
