@@ -22,13 +22,14 @@ import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass, field
+from typing import Callable, Sequence
 
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import DataLoader, Subset
+from torch.utils.data import DataLoader, Dataset, Subset
 from torch.utils.data.distributed import DistributedSampler
 
 from .data import SOURCES, default_sizes, load_images
@@ -175,8 +176,9 @@ def run_plan(n_gpus: int, batch_size: int) -> RunPlan:
                    {"D2L_BACKEND": "gloo"}, gpu_alone=n_gpus == 1)
 
 
-def shard_loaders(train_set, test_set, batch_size: int, world: int, rank: int, seed: int = 0,
-                  pin_memory: bool = False) -> tuple[DataLoader, DistributedSampler, DataLoader]:
+def shard_loaders(train_set: Dataset, test_set: Dataset, batch_size: int, world: int, rank: int,
+                  seed: int = 0, pin_memory: bool = False
+                  ) -> tuple[DataLoader, DistributedSampler, DataLoader]:
     """This rank's training loader (and its sampler) and its share of the test set."""
     if batch_size % world:
         raise ValueError(f"--batch-size {batch_size} does not split evenly over {world} "
@@ -240,7 +242,7 @@ def _kind(name: str, lane_has_gloo: bool) -> str:
     return "communication" if lane_has_gloo else "forward"
 
 
-def comm_overlap(events) -> dict:
+def comm_overlap(events: Sequence[dict | TimelineEvent]) -> dict:
     """From a step's timeline: when backward ended, and how much allreduce ran before that."""
     def get(ev, key):
         return ev[key] if isinstance(ev, dict) else getattr(ev, key)
@@ -258,7 +260,7 @@ def comm_overlap(events) -> dict:
             "allreduces": len(reduces), "allreduce_seconds": total, "overlapped_seconds": before}
 
 
-def step_timeline(step, device: torch.device) -> list[dict]:
+def step_timeline(step: Callable[[], object], device: torch.device) -> list[dict]:
     """Profile one call of step(); return its events as dicts (lane, start, kind...) for JSON."""
     events = trace_events(profile_trace(step, [device]))
     # gloo runs its collectives on threads of its own: lanes that hold nothing else
