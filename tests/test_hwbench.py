@@ -6,10 +6,8 @@ timeit, plain sockets) only wide physical bounds are asserted: positive, the sam
 magnitude, below a physical limit. Comparisons worth looking at are in `make bench`
 (benchmarks/hwbench_compare.py), which prints and records them and never fails on a ratio.
 """
-import os
 import pathlib
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
