@@ -1,0 +1,1 @@
+"""Benchmarks that report comparisons (make bench); they never fail on a ratio."""
