@@ -19,7 +19,7 @@ _EXPORTS = {
     "report": ["read_records", "record"],
     "hardware": ["accelerators", "cpu_name", "default_device", "devices", "fit_to_memory",
                  "free_memory", "hardware_report", "square_side", "whole_number"],
-    "timing": ["Benchmark", "Measurement", "format_seconds", "synchronize"],
+    "timing": ["Benchmark", "Measurement", "TickClock", "format_seconds", "synchronize"],
     "plotting": ["bar_chart", "log_axis", "plot_roofline", "plot_timeline"],
     "compiler": ["compile_support", "last_level_cache", "maybe_compile", "memory_regime",
                  "speed_verdict"],
@@ -30,7 +30,7 @@ _EXPORTS = {
                   "record_timeline", "trace_events"],
     # hardware: measurements of this machine
     "hwbench": ["Gather", "GpuPeak", "Kernel", "Loopback", "LoopVsVector", "PUBLISHED_PEAKS",
-                "Rate", "Roof", "StorageReads", "TickClock", "attainable", "cache_sizes",
+                "Rate", "Roof", "StorageReads", "attainable", "cache_sizes",
                 "cache_sweep", "copy_bandwidth", "default_matmul_sizes", "default_sweep_sizes",
                 "dtype_supported", "gather_time", "host_device_bandwidth", "launch_overhead",
                 "loop_vs_vectorized", "loopback_network", "machine_load", "matmul_rate",

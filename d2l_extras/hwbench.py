@@ -27,7 +27,7 @@ import torch
 from .hardware import default_device, fit_to_memory, whole_number
 from .profiles import by_profile
 from .sizes import problem_size
-from .timing import Measurement, synchronize
+from .timing import Clock, Measurement, TickClock, synchronize
 
 KiB, MiB, GiB = 1024, 1024 ** 2, 1024 ** 3
 GB = 1e9  # rates are decimal (GB/s, GFLOP/s) as vendors print them; sizes are binary (KiB, MiB)
@@ -35,7 +35,6 @@ GB = 1e9  # rates are decimal (GB/s, GFLOP/s) as vendors print them; sizes are b
 DTYPES = {"float64": torch.float64, "float32": torch.float32,
           "bfloat16": torch.bfloat16, "float16": torch.float16}
 
-Clock = Callable[[], float]
 
 
 # --- argument checks: every public function rejects nonsense with a message saying what is valid
@@ -62,20 +61,6 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 
 # --- timing: calibrate how many calls make one timed repeat, then take the median
-
-class TickClock:
-    """A fake clock that advances `step` seconds each time it is read (for exact checks)."""
-
-    def __init__(self, step: float = 1.0):
-        if not (isinstance(step, (int, float)) and step > 0):
-            raise ValueError(f"TickClock needs a step > 0 seconds, got {step!r}")
-        self.step, self.now, self.reads = float(step), 0.0, 0
-
-    def __call__(self) -> float:
-        self.reads += 1
-        self.now += self.step
-        return self.now
-
 
 def time_per_call(fn: Callable[[], object], devices: Iterable[torch.device | str] = (),
                   repeats: int = 5, min_time: float = 0.005, budget: float = 2.0, *,

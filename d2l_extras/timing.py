@@ -11,6 +11,23 @@ import torch
 from .hardware import accelerators
 
 
+Clock = Callable[[], float]
+
+
+class TickClock:
+    """A fake clock that advances `step` seconds each time it is read (for exact checks)."""
+
+    def __init__(self, step: float = 1.0):
+        if not (isinstance(step, (int, float)) and step > 0):
+            raise ValueError(f"TickClock needs a step > 0 seconds, got {step!r}")
+        self.step, self.now, self.reads = float(step), 0.0, 0
+
+    def __call__(self) -> float:
+        self.reads += 1
+        self.now += self.step
+        return self.now
+
+
 def synchronize(devices: Iterable[torch.device | str] | None = None) -> None:
     """Wait until all queued work on the given devices (default: every accelerator) is done."""
     for dev in (accelerators() if devices is None else devices):
@@ -52,8 +69,10 @@ class Benchmark:
     """Context manager that times a block, synchronizing the devices before both clock reads."""
 
     def __init__(self, description: str = "Done",
-                 devices: Iterable[torch.device | str] | None = None, verbose: bool = True):
+                 devices: Iterable[torch.device | str] | None = None, verbose: bool = True,
+                 clock: Clock = time.perf_counter):
         self.description = description
+        self.clock = clock  # injectable, so tests check the arithmetic without real sleeps
         self.devices = None if devices is None else list(devices)
         self.verbose = verbose
         self.elapsed: float | None = None
@@ -61,19 +80,19 @@ class Benchmark:
     def __enter__(self) -> "Benchmark":
         # Work queued before the block must not be billed to it.
         synchronize(self.devices)
-        self._start = time.perf_counter()
+        self._start = self.clock()
         return self
 
     def __exit__(self, *exc) -> None:
         synchronize(self.devices)
-        self.elapsed = time.perf_counter() - self._start
+        self.elapsed = self.clock() - self._start
         if self.verbose and exc[0] is None:
             print(f"{self.description}: {format_seconds(self.elapsed)}")
 
     @classmethod
     def measure(cls, fn: Callable[[], object], name: str = "", repeats: int = 5,
-                number: int = 1, devices: Iterable[torch.device | str] | None = None
-                ) -> Measurement:
+                number: int = 1, devices: Iterable[torch.device | str] | None = None,
+                clock: Clock = time.perf_counter) -> Measurement:
         """Time fn's first call alone, then `repeats` runs of `number` calls; per-call seconds."""
         if not callable(fn):
             raise TypeError(f"measure() needs a function to call, got {type(fn).__name__}")
@@ -81,11 +100,11 @@ class Benchmark:
             raise ValueError(f"measure() needs repeats >= 1 and number >= 1, "
                              f"got repeats={repeats}, number={number}")
         devices = None if devices is None else list(devices)
-        with cls(devices=devices, verbose=False) as first:
+        with cls(devices=devices, verbose=False, clock=clock) as first:
             fn()
         warm = []
         for _ in range(repeats):
-            with cls(devices=devices, verbose=False) as run:
+            with cls(devices=devices, verbose=False, clock=clock) as run:
                 for _ in range(number):
                     fn()
             warm.append(run.elapsed / number)

@@ -7,11 +7,28 @@ import d2l_extras as dx
 from d2l_extras import timing
 
 
+class ScriptedClock:
+    """A clock that returns the given readings in order: timings with no real waiting."""
+
+    def __init__(self, readings):
+        self.readings = list(readings)
+
+    def __call__(self):
+        return self.readings.pop(0)
+
+
 def test_benchmark_keeps_elapsed_and_prints(capsys):
-    with dx.Benchmark("sleep") as b:
+    with dx.Benchmark("block", clock=ScriptedClock([10.0, 10.25])) as b:
+        pass
+    assert b.elapsed == 0.25
+    assert capsys.readouterr().out == "block: 250 ms\n"
+
+
+def test_benchmark_times_real_work_with_the_default_clock():
+    # Wall-clock sanity only: sleeping 20 ms cannot take less than that (load only adds time).
+    with dx.Benchmark(verbose=False) as b:
         time.sleep(0.02)
-    assert 0.015 < b.elapsed < 1
-    assert capsys.readouterr().out.startswith("sleep: ")
+    assert b.elapsed >= 0.015
 
 
 def test_benchmark_synchronizes_before_both_clock_reads(monkeypatch):
@@ -23,15 +40,23 @@ def test_benchmark_synchronizes_before_both_clock_reads(monkeypatch):
 
 
 def test_measure_separates_cold_from_warm():
-    state = {"first": True}
+    # Clock reads in pairs: the first call takes 5 s (compiling), then repeats of 3 calls take
+    # 3, 6, 30 (a disturbed one), 3 and 4.5 s: per call 1, 2, 10, 1, 1.5; the median is 1.5.
+    readings = [0, 5]
+    for spent in (3, 6, 30, 3, 4.5):
+        readings += [100, 100 + spent]
+    m = dx.Benchmark.measure(lambda: None, "work", repeats=5, number=3,
+                             clock=ScriptedClock(readings))
+    assert m.name == "work" and m.cold == 5
+    assert m.warm == [1, 2, 10, 1, 1.5] and m.median == 1.5
+    assert str(m) == "work: first call 5 s, then 1.5 s per call (median of 5)"
 
-    def work():
-        time.sleep(0.05 if state.pop("first", False) else 0.001)
 
-    m = dx.Benchmark.measure(work, "work", repeats=5, number=3)
-    assert m.name == "work" and len(m.warm) == 5
-    assert m.cold >= 0.05 > 0.01 > m.median
-    assert "first call" in str(m) and "median of 5" in str(m)
+def test_tick_clock_advances_one_step_per_read():
+    clock = dx.TickClock(0.5)
+    assert [clock(), clock(), clock()] == [0.5, 1.0, 1.5] and clock.reads == 3
+    with pytest.raises(ValueError, match="step > 0"):
+        dx.TickClock(0)
 
 
 def test_measure_counts_calls():
