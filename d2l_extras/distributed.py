@@ -12,7 +12,8 @@ machine's reachable address (on a trusted network only: the store has no authent
 worker's error, at the timeout and when the cell is interrupted (KeyboardInterrupt). On one
 machine nothing it starts listens on an address other than 127.0.0.1: torchrun's rendezvous
 store (a TCPStore without authentication) would otherwise listen on every interface, so
-`python -m d2l_extras.distributed ARGS` runs torchrun with its store bound to loopback.
+`python -m d2l_extras.distributed ARGS` runs torchrun with its store bound to loopback; the
+same from a terminal: python -m d2l_extras.distributed --nproc-per-node=2 -m d2l_extras.ddp
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ import threading
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, MutableMapping, Sequence
 
 import psutil
 import torch
@@ -64,13 +65,15 @@ def loopback_interface() -> str | None:
 
 
 def is_loopback(host: str) -> bool:
-    """True if host is this machine only: 127.x.x.x, ::1 or localhost."""
+    """True if host is this machine only: 127.x.x.x, ::1, ::ffff:127.x.x.x or localhost."""
     if host == "localhost":
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        address = ipaddress.ip_address(host)
     except ValueError:
         return False
+    mapped = getattr(address, "ipv4_mapped", None)  # how an IPv6 socket shows 127.0.0.1
+    return (mapped or address).is_loopback
 
 
 @dataclass
@@ -98,13 +101,13 @@ def torchrun_command(module: str, nproc: int, args: Sequence[str] = (), nnodes: 
             "-m", module, *map(str, args)]
 
 
-def _loopback_env(run_env: dict[str, str]) -> None:
+def _loopback_env(env: MutableMapping[str, str]) -> None:
     # gloo and NCCL pick an interface from the host name (a public address) unless told;
-    # the user's own settings win.
+    # the user's own settings win. The workers inherit torchrun's environment.
     lo = loopback_interface()
     if lo:
-        run_env.setdefault("GLOO_SOCKET_IFNAME", lo)
-        run_env.setdefault("NCCL_SOCKET_IFNAME", "=" + lo)  # "=": exactly this interface
+        env.setdefault("GLOO_SOCKET_IFNAME", lo)
+        env.setdefault("NCCL_SOCKET_IFNAME", "=" + lo)  # "=": exactly this interface
 
 
 class _ProcessTree:
@@ -219,15 +222,13 @@ def launch(module: str, nproc: int, args: Sequence[str] = (), timeout: float = 3
     """Run `module` under torchrun in nproc processes; stream output, end it all on any exit."""
     cmd = torchrun_command(module, nproc, args, nnodes, node_rank, master_addr, master_port)
     local = nnodes == 1 and is_loopback(master_addr)
-    if local:  # the same torchrun, with its store on loopback (see main below)
+    if local:  # the same torchrun, with its store and sockets on loopback (see main below)
         cmd = [sys.executable, "-m", __name__, *cmd[3:]]
     with tempfile.TemporaryDirectory(prefix="d2l-launch-") as tmp:
         result_file = os.path.join(tmp, "result.json")
         run_env = {**os.environ, **(env or {}), RESULT_ENV: result_file, "PYTHONUNBUFFERED": "1"}
         # k processes share the cores: without a limit each would start one thread per core.
         run_env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
-        if local:
-            _loopback_env(run_env)
         lines: list[str] = []
         pipe: queue.Queue = queue.Queue()
 
@@ -312,7 +313,7 @@ _ERROR_LINE = re.compile(r"^(?:\[rank\d+\]:\s*)?([A-Za-z_][\w.]*(?:Error|Excepti
 
 
 def init_worker(timeout_s: float = 60) -> tuple[int, int, torch.device]:
-    """In a torchrun worker: join the process group (NCCL on GPUs, else gloo); rank, size, device."""
+    """In a torchrun worker: join the group (NCCL on GPUs, else gloo); return rank, size, device."""
     import torch.distributed as dist
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -351,34 +352,43 @@ def _loopback_store(host: str, port: int) -> Any:
     # takes that one. torchrun's own TCPStore on the same port (multi_tenant) then shares this
     # server instead of starting one. libuv takes such a socket from torch 2.8 on.
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.bind((host, port))
         sock.listen(128)
-    except OSError:
-        sock.close()
-        raise
+        fd = sock.detach()  # the store owns it from here
     libuv = tuple(int(x) for x in re.findall(r"\d+", torch.__version__)[:2]) >= (2, 8)
-    return TCPStore(host, port, None, True, datetime.timedelta(seconds=900),
-                    wait_for_workers=False, multi_tenant=True,
-                    master_listen_fd=sock.detach(), use_libuv=libuv)
+    try:
+        return TCPStore(host, port, None, True, datetime.timedelta(seconds=900),
+                        wait_for_workers=False, multi_tenant=True, master_listen_fd=fd,
+                        use_libuv=libuv)
+    except Exception:
+        with contextlib.suppress(OSError):
+            os.close(fd)  # else torchrun could not bind the port
+        raise
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Run torchrun with these arguments in this process, its store bound to --master-addr."""
+    """torchrun (same arguments); on one machine its store listens on --master-addr only.
+
+    From a terminal: python -m d2l_extras.distributed --nproc-per-node=2 -m d2l_extras.ddp
+    """
+    from torch.distributed import run as torchrun
+
     argv = list(sys.argv[1:] if argv is None else argv)
-    ours = argv[:argv.index("-m")] if "-m" in argv else argv
-    opts = dict(a[2:].split("=", 1) for a in ours if a.startswith("--") and "=" in a)
-    host, port = opts.get("master-addr", ""), opts.get("master-port", "")
+    args = torchrun.parse_args(argv)
     store = None
-    if opts.get("nnodes", "1") == "1" and is_loopback(host) and port.isdigit():
+    if args.rdzv_backend == "static" and not args.rdzv_endpoint and not args.standalone \
+            and str(args.nnodes).split(":")[-1] == "1" and is_loopback(args.master_addr):
+        if args.master_port is None:  # newer torchrun would switch to a c10d store on 0.0.0.0
+            argv.insert(0, f"--master-port={free_port(args.master_addr)}")
+            args = torchrun.parse_args(argv)
+        _loopback_env(os.environ)
         try:
-            store = _loopback_store(host, int(port))
+            store = _loopback_store(args.master_addr, int(args.master_port))
         except (OSError, RuntimeError, TypeError, ValueError) as err:
             print(f"d2l_extras: torchrun's store listens on every interface ({err})", flush=True)
-    from torch.distributed.run import main as torchrun
-
-    torchrun(argv)  # `store` stays referenced, so served, until torchrun returns
+    torchrun.main(argv)
+    del store  # served until torchrun is done
 
 
 if __name__ == "__main__":

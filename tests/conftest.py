@@ -43,9 +43,13 @@ def _reap_zombies() -> None:
 
 def leftover_processes(wait: float = 5.0) -> list[psutil.Process]:
     """Processes started by this session that still run after `wait` s (zombies excluded)."""
-    if "torch._inductor.async_compile" in sys.modules:  # compile workers end with their pool
+    # Helpers that Python and torch start for this process and end with it: end them now.
+    if "torch._inductor.async_compile" in sys.modules:  # torch.compile's worker pool
         with contextlib.suppress(Exception):
             sys.modules["torch._inductor.async_compile"].shutdown_compile_workers()
+    if "multiprocessing.resource_tracker" in sys.modules:  # torch.multiprocessing starts it
+        with contextlib.suppress(Exception):
+            sys.modules["multiprocessing.resource_tracker"]._resource_tracker._stop()
     end = time.monotonic() + wait  # a notebook kernel may still be shutting down
     while True:
         alive = [p for p in psutil.Process().children(recursive=True) if _running(p)]

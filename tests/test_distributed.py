@@ -118,7 +118,6 @@ def pid_dir(tmp_path):
 
 
 def test_free_port_is_bindable():
-    import socket
     port = dx.free_port()
     with socket.socket() as s:
         s.bind(("127.0.0.1", port))
@@ -228,6 +227,43 @@ def test_loopback_store_listens_on_127_0_0_1_only():
     assert [a.ip for a in listening] == ["127.0.0.1"]
 
 
+def _listening(port=None):
+    return [c.laddr for c in psutil.Process().net_connections(kind="inet")
+            if c.status == psutil.CONN_LISTEN and port in (None, c.laddr.port)]
+
+
+@pytest.mark.parametrize("argv, store", [
+    (["--nproc-per-node=2", "-m", "mod", "--x", "1"], True),  # torchrun's defaults
+    (["--master-addr=127.0.0.1", "--master-port=PORT", "-m", "mod"], True),
+    (["--nnodes=2", "--node-rank=0", "--master-addr=10.0.0.1", "--master-port=PORT",
+      "-m", "mod"], False),
+    (["--standalone", "--nproc-per-node=2", "-m", "mod"], False)])
+def test_main_serves_torchruns_store_on_loopback_on_one_machine(monkeypatch, argv, store):
+    import torch.distributed.run as torchrun
+    from d2l_extras import distributed
+
+    for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+        monkeypatch.delenv(name, raising=False)  # restored afterwards
+    argv = [a.replace("PORT", str(dx.free_port())) for a in argv]
+    seen = {}
+
+    def fake_torchrun(args):  # what torchrun would find when it starts its store
+        parsed = torchrun.parse_args(args)
+        seen.update(args=args, port=int(parsed.master_port or 29500),
+                    listening=_listening(int(parsed.master_port or 29500)),
+                    gloo=os.environ.get("GLOO_SOCKET_IFNAME"))
+
+    monkeypatch.setattr(torchrun, "main", fake_torchrun)
+    distributed.main(argv)
+    assert seen["args"][-len(argv):] == argv  # the user's arguments, unchanged
+    if store:
+        assert [a.ip for a in seen["listening"]] == ["127.0.0.1"]
+        assert seen["gloo"] == distributed.loopback_interface()
+    else:
+        assert seen["args"] == argv and seen["listening"] == [] and seen["gloo"] is None
+    assert _listening(seen["port"]) == []  # the store ended with torchrun
+
+
 def test_single_machine_run_listens_on_loopback_only(worker_dir):
     # torchrun's store and gloo's sockets, seen while the workers wait for a file.
     (worker_dir / "net_worker.py").write_text(textwrap.dedent("""
@@ -256,11 +292,12 @@ def test_single_machine_run_listens_on_loopback_only(worker_dir):
     dx.launch("net_worker", 2, timeout=180, echo=False, env={"D2L_NET_DIR": str(worker_dir)})
     listening = [s for s in sockets if s[1] == psutil.CONN_LISTEN]
     assert len(listening) >= 2, f"expected the store and gloo listening, saw {sockets}"
-    assert [s for s in sockets if not is_loopback(s[2].ip.removeprefix("::ffff:"))] == []
+    assert [s for s in sockets if not is_loopback(s[2].ip)] == []
 
 
 @pytest.mark.parametrize("host, expected", [("127.0.0.1", True), ("127.1.2.3", True),
                                             ("::1", True), ("localhost", True),
+                                            ("::ffff:127.0.0.1", True), ("::ffff:10.0.0.1", False),
                                             ("0.0.0.0", False), ("10.0.0.1", False),
                                             ("::", False), ("node1", False)])
 def test_is_loopback(host, expected):
@@ -289,7 +326,7 @@ def test_suite_fails_when_a_test_leaves_a_process_behind(tmp_path):
         (Path(__file__).parent / "conftest.py").read_text(encoding="utf-8"))
     pid_file = tmp_path / "orphan.pid"
     (suite / "test_leak.py").write_text(textwrap.dedent(f"""
-        import subprocess, sys, time, pathlib
+        import subprocess, sys
         def test_leaves_an_orphan():
             code = ("import subprocess, sys, pathlib; p = subprocess.Popen([sys.executable, '-c', "
                     "'import time; time.sleep(600)']); pathlib.Path({str(pid_file)!r})"
