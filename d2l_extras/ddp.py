@@ -1,13 +1,13 @@
 """Train the small ResNet-18 with DistributedDataParallel (DDP), one process per device.
 
-torchrun (the same as `python -m torch.distributed.run`) starts the processes; each joins the
+torchrun starts the processes (on one machine `python -m d2l_extras.distributed`: torchrun with its
+rendezvous store kept on 127.0.0.1); each joins the
 process group (NCCL when every process has its own GPU, else gloo on the CPU), trains on its
 share of every batch (DistributedSampler), and DDP sums the gradients while backward runs.
 Rank 0 prints one line per epoch and hands a result dict back (dx.save_result).
 
 One machine, 2 processes (from a notebook: dx.launch("d2l_extras.ddp", 2, ["--epochs", "2"])):
-    python -m torch.distributed.run --nproc-per-node=2 --master-addr=127.0.0.1 \\
-        --master-port=29500 -m d2l_extras.ddp --epochs 2
+    python -m d2l_extras.distributed --nproc-per-node=2 -m d2l_extras.ddp --epochs 2
 Two machines with 4 GPUs each: run this on both, with --node-rank=0 on the machine whose
 address is given as --master-addr and --node-rank=1 on the other (the port must be open):
     python -m torch.distributed.run --nnodes=2 --node-rank=0 --nproc-per-node=4 \\

@@ -9,15 +9,13 @@ a step counts as acknowledged only once every shard of it is on disk), so a rest
 nothing acknowledged, and a restart removes the temporary files a crash left behind.
 
 Run it as a worker; rank 0 hands back {task: result}. One task per job in the notebook, so that
-each section reruns alone. One machine, 2 processes (binds 127.0.0.1): train through the store
+each section reruns alone. One machine, 2 processes (everything on 127.0.0.1): train through the store
 and with allreduce (task compare), or with stale pulls (task staleness):
-    python -m torch.distributed.run --nproc-per-node=2 --master-addr=127.0.0.1 \
-        --master-port=29500 -m d2l_extras.kvstore --task compare --steps 60
+    python -m d2l_extras.distributed --nproc-per-node=2 -m d2l_extras.kvstore --task compare --steps 60
 Fault tolerance: train with checkpoints in --workdir; rank 1 ends itself abruptly once at step
 23 (exit code 86, no clean-up). Run the same command again and it resumes from the last
 committed checkpoint:
-    python -m torch.distributed.run --nproc-per-node=2 --master-addr=127.0.0.1 \
-        --master-port=29500 -m d2l_extras.kvstore --task fault --workdir /tmp/kv --kill-at 23
+    python -m d2l_extras.distributed --nproc-per-node=2 -m d2l_extras.kvstore --task fault --workdir /tmp/kv --kill-at 23
 Two machines, 2 processes each: run on both with --node-rank=0 and 1 and the first machine's
 address; --workdir must then be a directory both machines see (a shared file system):
     python -m torch.distributed.run --nnodes=2 --node-rank=0 --nproc-per-node=2 \

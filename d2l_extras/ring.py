@@ -6,8 +6,7 @@ simulated, see `dx.devices`), and counts the bytes every link of the ring carrie
 
 Run this module as a benchmark of `ring_allreduce_dist` against `dist.all_reduce`.
 One machine, 2 processes (gloo on CPU; NCCL when every process has its own GPU):
-    python -m torch.distributed.run --nproc-per-node=2 --master-addr=127.0.0.1 \
-        --master-port=29500 -m d2l_extras.ring --sizes-mb 1 4 16 64
+    python -m d2l_extras.distributed --nproc-per-node=2 -m d2l_extras.ring --sizes-mb 1 4 16 64
 Two machines with 4 processes each: run on both, --node-rank=0 on the first and 1 on the other,
 with the first machine's address (reachable from the second):
     python -m torch.distributed.run --nnodes=2 --node-rank=0 --nproc-per-node=4 \
