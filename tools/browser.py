@@ -51,7 +51,9 @@ class Browser:
 
     def __enter__(self) -> "Browser":
         import websocket  # websocket-client
-        self._profile = tempfile.TemporaryDirectory(prefix="chromium-profile-")
+        # Chromium's helper processes may still be writing to the profile as it is removed.
+        self._profile = tempfile.TemporaryDirectory(prefix="chromium-profile-",
+                                                    ignore_cleanup_errors=True)
         self._proc = subprocess.Popen(
             [self.executable, *FLAGS, f"--user-data-dir={self._profile.name}",
              f"--window-size={self.size[0]},{self.size[1]}", "--remote-debugging-port=0",
@@ -78,12 +80,26 @@ class Browser:
         if self._ws is not None:
             self._ws.close()
         if self._proc is not None:
+            # Collect the renderer and GPU helpers first: once the browser is gone they would be
+            # orphans still writing into the profile (and processes the test session must not leak).
+            import psutil
+            try:
+                helpers = psutil.Process(self._proc.pid).children(recursive=True)
+            except psutil.Error:
+                helpers = []
             self._proc.terminate()
             try:
                 self._proc.wait(10)
             except subprocess.TimeoutExpired:
                 self._proc.kill()
                 self._proc.wait()
+            _, alive = psutil.wait_procs(helpers, timeout=5)
+            for proc in alive:
+                try:
+                    proc.kill()
+                except psutil.Error:
+                    pass
+            psutil.wait_procs(alive, timeout=5)
         self._profile.cleanup()
 
     def _event(self, msg: dict) -> None:
