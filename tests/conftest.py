@@ -15,6 +15,21 @@ import pytest
 
 matplotlib.use("Agg")
 
+
+@pytest.fixture
+def one_thread():
+    """Run a test's torch work on one thread, restoring the count afterwards.
+
+    For tiny tensors on a busy 2-core runner, two threads only wait for each other; and a
+    comparison with NumPy on one core is then a comparison of code, not of thread counts.
+    """
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
 _PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
 
 

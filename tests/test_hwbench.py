@@ -29,14 +29,8 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 ORDER = 10
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # NumPy copies and takes on one core; so must torch, or the comparison is of thread counts.
-    # One thread also keeps a shared machine's other jobs from stalling parallel regions.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# Every test here on one thread (tests/conftest.py says why).
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture

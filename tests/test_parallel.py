@@ -7,13 +7,8 @@ import d2l_extras as dx
 CPU = torch.device("cpu")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # These tensors are tiny: on a busy 2-core runner, two threads only wait for each other.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# Every test here on one thread (tests/conftest.py says why).
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_get_params_copies_with_gradients():
