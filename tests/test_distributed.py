@@ -93,21 +93,27 @@ def _still_running(processes):
     return alive
 
 
-def _running_children():
-    """This process's descendants that still run (tests/conftest.py adopts orphans, zombies too)."""
+def _running_children(before=frozenset()):
+    """This process's descendants that still run, apart from `before` (pids that ran before
+    the launch, such as multiprocessing's resource tracker that an earlier test started);
+    tests/conftest.py adopts orphans, so a leaked worker is a descendant too."""
     alive = []
     for p in psutil.Process().children(recursive=True):
         try:
-            if p.status() != psutil.STATUS_ZOMBIE:
+            if p.pid not in before and p.status() != psutil.STATUS_ZOMBIE:
                 alive.append(f"pid {p.pid}: {' '.join(p.cmdline())}")
         except psutil.NoSuchProcess:
             pass
     return alive
 
 
-def _children_now():
+def _children_now(before=frozenset()):
     return {f"launched {p.pid}": (p.pid, p.create_time())
-            for p in psutil.Process().children(recursive=True)}
+            for p in psutil.Process().children(recursive=True) if p.pid not in before}
+
+
+def _pids_now():
+    return frozenset(p.pid for p in psutil.Process().children(recursive=True))
 
 
 @pytest.fixture
@@ -154,6 +160,7 @@ def test_failing_worker_fails_fast_with_its_message(worker_dir):
 def test_hanging_run_is_stopped_at_the_timeout(worker_dir, pid_dir):
     # Workers and their children ignore SIGTERM: torchrun would wait 30 s for them, launch
     # kills them all after `grace` s.
+    before = _pids_now()
     start = time.perf_counter()
     with pytest.raises(dx.WorkerError, match="did not finish within 25 s"):
         dx.launch("pid_worker", 2, timeout=25, echo=False, grace=2,
@@ -163,7 +170,7 @@ def test_hanging_run_is_stopped_at_the_timeout(worker_dir, pid_dir):
     assert sorted(started) == ["child0", "child1", "worker0", "worker1"], \
         "the workers did not start within the timeout: nothing was checked"
     assert _still_running(started) == []
-    assert _running_children() == []
+    assert _running_children(before) == []
 
 
 def test_failing_worker_leaves_no_process_behind(worker_dir, pid_dir):
@@ -189,10 +196,11 @@ def test_finished_run_leaves_no_process_behind(worker_dir, pid_dir):
 def test_interrupt_ends_torchrun_and_every_worker(worker_dir, pid_dir):
     # What stopping a notebook cell does: SIGINT to this process, KeyboardInterrupt in launch.
     seen = {}
+    before = _pids_now()
 
     def interrupt_when_all_run():
         if _wait_for(lambda: len(_recorded(pid_dir)) == 4, 120):
-            seen.update(_children_now())  # torchrun and the workers, while they run
+            seen.update(_children_now(before))  # torchrun and the workers, while they run
             os.kill(os.getpid(), signal.SIGINT)
 
     threading.Thread(target=interrupt_when_all_run, daemon=True).start()
