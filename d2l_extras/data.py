@@ -13,6 +13,7 @@ import pathlib
 import socket
 import tempfile
 import threading
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -264,7 +265,11 @@ def book_fashion_mnist(batch_size: int, n_train: int | None = None, n_test: int 
         work.mkdir()
         os.chdir(work)
         try:  # torchvision reads the whole set into memory here; the folder may then go
-            train_iter, test_iter = d2l.load_data_fashion_mnist(batch_size)
+            with warnings.catch_warnings():
+                # The book asks for 4 loader processes, which torch warns about on smaller
+                # machines; `cut` below rebuilds the loaders with at most one per core.
+                warnings.filterwarnings("ignore", message="This DataLoader will create")
+                train_iter, test_iter = d2l.load_data_fashion_mnist(batch_size)
         finally:
             os.chdir(previous)
 
