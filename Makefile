@@ -102,7 +102,7 @@ $(REPORT_DIR)/summary.json: $(wildcard notebooks/*.ipynb) | $(call ready,report)
 
 # Regenerate the figures in images/ from the scripts beside them.
 figures: $(call ready,run)
-	for f in images/*.py; do $(PY) $$f images || exit 1; done
+	for f in images/[!_]*.py; do $(PY) $$f images || exit 1; done
 
 clean:
 	rm -rf $(VENV) .pytest_cache $(REPORT_DIR) build/jupyter

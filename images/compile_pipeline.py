@@ -1,11 +1,11 @@
 """Draw images/compile_pipeline.png: the stages of torch.compile, and when a call recompiles."""
 import pathlib
-import sys
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from _figure import out_dir_arg, save  # images/_figure.py, beside this script
 
 STAGES = [  # (x, title, what it produces); one box per stage, left to right
     (0.0, "f(x)", "a call of your\ncompiled Python\nfunction"),
@@ -42,11 +42,8 @@ def draw(out_dir: str) -> pathlib.Path:
     ax.axis("off")
     ax.set_title("torch.compile: capture, differentiate ahead of time, generate code",
                  fontsize=10)
-    path = pathlib.Path(out_dir) / "compile_pipeline.png"
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    return save(fig, __file__, out_dir, dpi=120, bbox_inches="tight")
 
 
 if __name__ == "__main__":
-    print(draw(sys.argv[1] if len(sys.argv) > 1 else pathlib.Path(__file__).parent))
+    print(draw(out_dir_arg()))

@@ -3,13 +3,13 @@
 Run `python images/computational_graph.py images` to write images/computational_graph.png.
 """
 import pathlib
-import sys
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import FancyBboxPatch  # noqa: E402
+from _figure import out_dir_arg, save  # images/_figure.py, beside this script
 
 # (column, row) of each node; rows are devices: GPU 0 on top, the CPU in the middle, GPU 1 below.
 ROWS = {"gpu0": 2.0, "cpu": 1.0, "gpu1": 0.0}
@@ -84,11 +84,8 @@ def main(out_dir: str = "images") -> pathlib.Path:
     draw(ax)
     ax.set_title("Two-layer MLP, data parallel on two GPUs, parameters kept on the CPU",
                  fontsize=10)
-    path = pathlib.Path(out_dir) / "computational_graph.png"
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    return save(fig, __file__, out_dir, dpi=120, bbox_inches="tight")
 
 
 if __name__ == "__main__":
-    print(main(sys.argv[1] if len(sys.argv) > 1 else "images"))
+    print(main(out_dir_arg()))

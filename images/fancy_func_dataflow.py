@@ -1,11 +1,11 @@
 """Draw images/fancy_func_dataflow.png: the data flow of fancy_func(a, b, c, d)."""
 import pathlib
-import sys
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from _figure import out_dir_arg, save  # images/_figure.py, beside this script
 
 NODES = {  # name: (x, y, kind)
     "a": (0, 3, "input"), "b": (0, 2, "input"), "c": (0, 1, "input"), "d": (0, 0, "input"),
@@ -33,11 +33,8 @@ def draw(out_dir: str) -> pathlib.Path:
     ax.set_ylim(-0.6, 3.6)
     ax.axis("off")
     ax.set_title("Data flow of fancy_func: e and f do not depend on each other", fontsize=10)
-    path = pathlib.Path(out_dir) / "fancy_func_dataflow.png"
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    return save(fig, __file__, out_dir, dpi=120, bbox_inches="tight")
 
 
 if __name__ == "__main__":
-    print(draw(sys.argv[1] if len(sys.argv) > 1 else pathlib.Path(__file__).parent))
+    print(draw(out_dir_arg()))

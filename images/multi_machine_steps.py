@@ -3,13 +3,13 @@
 Usage: python images/multi_machine_steps.py images
 """
 import pathlib
-import sys
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch  # noqa: E402
+from _figure import out_dir_arg, save  # images/_figure.py, beside this script
 
 STEPS = [
     "1  each machine reads its own batch, splits it over its GPUs; each GPU computes gradients",
@@ -80,11 +80,8 @@ def main(out_dir: str) -> pathlib.Path:
     ax.set_title("Seven steps of synchronous data-parallel training on several machines",
                  fontsize=11)
     fig.tight_layout()
-    path = pathlib.Path(out_dir) / "multi_machine_steps.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save(fig, __file__, out_dir, dpi=100)
 
 
 if __name__ == "__main__":
-    print(main(sys.argv[1] if len(sys.argv) > 1 else "."))
+    print(main(out_dir_arg()))

@@ -8,13 +8,13 @@ schedule on the sets of nodes whose data each chunk holds.
 Usage: python images/ring_steps.py images
 """
 import pathlib
-import sys
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
+from _figure import out_dir_arg, save  # images/_figure.py, beside this script
 
 N = 4
 NAMES = "abcd"  # node i's own gradient is called NAMES[i]
@@ -81,11 +81,8 @@ def main(out_dir: str) -> pathlib.Path:
     fig.suptitle("Ring allreduce on 4 nodes: 3 steps of reduce-scatter, then 3 of all-gather",
                  fontsize=11)
     fig.tight_layout(rect=(0, 0, 1, 0.97))
-    path = pathlib.Path(out_dir) / "ring_steps.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, __file__, out_dir, dpi=110)
 
 
 if __name__ == "__main__":
-    print(main(sys.argv[1] if len(sys.argv) > 1 else "."))
+    print(main(out_dir_arg()))

@@ -4,12 +4,12 @@ Usage: python images/ring_topology.py images
 """
 import math
 import pathlib
-import sys
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from _figure import out_dir_arg, save  # images/_figure.py, beside this script
 
 # NVLink 2 on a V100: 25 GB/s per link and direction, 6 links, 300 GB/s in all (both directions;
 # NVIDIA's V100 data sheet and NVLink page). The book rounds the link to "about 18 GB/s".
@@ -64,11 +64,8 @@ def main(out_dir: str) -> pathlib.Path:
     fig.suptitle("Two rings over the NVLinks of 8 V100 GPUs (p3.16xlarge, DGX-1 style); "
                  f"NVLink 2: {LINK} GB/s per link and direction", fontsize=11)
     fig.tight_layout(rect=(0, 0, 1, 0.93))  # keep the suptitle clear of the panel titles
-    path = pathlib.Path(out_dir) / "ring_topology.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, __file__, out_dir, dpi=110)
 
 
 if __name__ == "__main__":
-    print(main(sys.argv[1] if len(sys.argv) > 1 else "."))
+    print(main(out_dir_arg()))

@@ -8,13 +8,13 @@ Pulls go back along the same arrows.
 Usage: python images/sharded_servers.py images
 """
 import pathlib
-import sys
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import FancyArrowPatch, Rectangle  # noqa: E402
+from _figure import out_dir_arg, save  # images/_figure.py, beside this script
 
 M = 4  # workers
 SHARD_COLORS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52"]
@@ -68,11 +68,8 @@ def main(out_dir: str) -> pathlib.Path:
     fig.suptitle("push: gradients go down the arrows and are summed by the owner; "
                  "pull: the weights come back up", fontsize=10)
     fig.tight_layout(rect=(0, 0, 1, 0.94))
-    path = pathlib.Path(out_dir) / "sharded_servers.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, __file__, out_dir, dpi=110)
 
 
 if __name__ == "__main__":
-    print(main(sys.argv[1] if len(sys.argv) > 1 else "."))
+    print(main(out_dir_arg()))

@@ -3,13 +3,13 @@
 Run: python images/splitting_the_problem.py images   (writes images/splitting_the_problem.png)
 """
 import pathlib
-import sys
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.patches import FancyArrowPatch, Rectangle
+from _figure import out_dir_arg, save  # images/_figure.py, beside this script
 
 GPU_COLORS = ("#4C72B0", "#DD8452")  # GPU 0 blue, GPU 1 orange
 LAYERS = 4
@@ -76,11 +76,8 @@ def main(out_dir: str) -> pathlib.Path:
     handles = [Rectangle((0, 0), 1, 1, color=c) for c in GPU_COLORS]
     fig.legend(handles, ["GPU 0", "GPU 1"], loc="lower center", ncol=2, frameon=False)
     fig.tight_layout(rect=(0, 0.06, 1, 1))
-    path = pathlib.Path(out_dir) / "splitting_the_problem.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save(fig, __file__, out_dir, dpi=120)
 
 
 if __name__ == "__main__":
-    print(main(sys.argv[1] if len(sys.argv) > 1 else pathlib.Path(__file__).parent))
+    print(main(out_dir_arg()))
