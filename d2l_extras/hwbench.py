@@ -27,7 +27,7 @@ import torch
 from .hardware import default_device, fit_to_memory, whole_number
 from .profiles import by_profile
 from .sizes import problem_size
-from .timing import Clock, Measurement, TickClock, synchronize
+from .timing import Benchmark, Clock, Measurement, TickClock, synchronize
 
 KiB, MiB, GiB = 1024, 1024 ** 2, 1024 ** 3
 GB = 1e9  # rates are decimal (GB/s, GFLOP/s) as vendors print them; sizes are binary (KiB, MiB)
@@ -92,12 +92,11 @@ def _timed(fn: Callable[[], object], number: int, devices: Iterable[torch.device
     """Seconds per call over one batch of `number` calls, the devices synchronized around it."""
     # CPU operators finish before returning; accelerators queue work and must be waited for.
     devices = [d for d in (torch.device(d) for d in devices) if d.type != "cpu"]
-    synchronize(devices)  # work queued earlier must not be billed to this stretch
-    start = clock()
-    for _ in range(number):
-        fn()
-    synchronize(devices)  # and ours must have finished before the clock stops
-    return (clock() - start) / number
+    # Benchmark synchronizes them before both clock reads: queued work is billed to no one else.
+    with Benchmark(devices=devices, verbose=False, clock=clock) as run:
+        for _ in range(number):
+            fn()
+    return run.elapsed / number
 
 
 def _batch_size(seconds_per_call: float, min_time: float = 0.005) -> int:
