@@ -154,6 +154,24 @@ def _check_expected_gpu(report: dict) -> None:
             + "). Check `nvidia-smi` and the driver, or unset D2L_EXPECT_GPU to run without a GPU.")
 
 
+def hardware_rows(report: dict) -> list[tuple[str, str]]:
+    """(label, text) rows that describe a hardware_report() dictionary, for a printout or a table."""
+    rows = [("CPU", f"{report['cpu']}, {report['cores']} cores ({report['logical_cores']} "
+                    f"logical, torch uses {report['torch_threads']} threads)"),
+            ("RAM", f"{_gib(report['ram_total'])} total, {_gib(report['ram_available'])} available")]
+    for acc in report["accelerators"]:
+        extra = f", compute capability {acc['capability']}" if acc["capability"] else \
+            " (shares system RAM)"
+        rows.append((acc["device"], f"{acc['name']}, {_gib(acc['memory'])} "
+                                    f"({_gib(acc['free'])} free){extra}"))
+    if not report["accelerators"]:
+        rows.append(("GPU", "none visible"))
+    build = f"CUDA build {report['cuda_build']}" if report["cuda_build"] else "CPU build"
+    rows.append(("torch", f"{report['torch']}, {build}"))
+    rows.append(("profile", report["profile"]))
+    return rows
+
+
 def hardware_report(verbose: bool = True) -> dict:
     """Print (and return) CPU, RAM, accelerators, torch and profile; raise if D2L_EXPECT_GPU=1 and no GPU."""
     mem = psutil.virtual_memory()
@@ -180,23 +198,13 @@ def hardware_report(verbose: bool = True) -> dict:
                 "device": str(dev), "name": "Apple GPU (MPS)", "memory": mem.total,
                 "free": free_memory(dev), "capability": None})
     if verbose:
-        lines = [
-            f"CPU     : {report['cpu']}, {report['cores']} cores "
-            f"({report['logical_cores']} logical, torch uses {report['torch_threads']} threads)",
-            f"RAM     : {_gib(mem.total)} total, {_gib(mem.available)} available",
-        ]
-        for acc in report["accelerators"]:
-            extra = f", compute capability {acc['capability']}" if acc["capability"] else \
-                " (shares system RAM)"
-            lines.append(f"{acc['device']:<8}: {acc['name']}, {_gib(acc['memory'])} "
-                         f"({_gib(acc['free'])} free){extra}")
-        if not report["accelerators"]:
-            lines.append("GPU     : none visible; GPU-only demonstrations are simulated or "
-                         "explained instead")
-        build = f", CUDA build {report['cuda_build']}" if report["cuda_build"] else ", CPU build"
-        lines.append(f"torch   : {report['torch']}{build}")
-        lines.append(f"profile : {report['profile']} ({DESCRIPTIONS[report['profile']]}); "
-                     "set D2L_PROFILE=ci|class|full to change")
+        lines = []
+        for label, text in hardware_rows(report):
+            if label == "GPU":
+                text += "; GPU-only demonstrations are simulated or explained instead"
+            elif label == "profile":
+                text += f" ({DESCRIPTIONS[text]}); set D2L_PROFILE=ci|class|full to change"
+            lines.append(f"{label:<8}: {text}")
         print("\n".join(lines))
     _check_expected_gpu(report)  # after printing, so the error follows what was found
     return report

@@ -146,3 +146,35 @@ def test_expected_gpu_rejects_unclear_values(monkeypatch):
     monkeypatch.setenv("D2L_EXPECT_GPU", "maybe")
     with pytest.raises(ValueError, match=r"D2L_EXPECT_GPU='maybe': set it to 1"):
         dx.hardware_report(verbose=False)
+
+
+FAKE = {"cpu": "Fake CPU", "cores": 4, "logical_cores": 8, "torch_threads": 4,
+        "ram_total": 16 * 2 ** 30, "ram_available": 12 * 2 ** 30, "torch": "2.6.0+cu124",
+        "cuda_build": "12.4", "profile": "class",
+        "accelerators": [{"device": "cuda:0", "name": "Fake GPU", "memory": 24 * 2 ** 30,
+                          "free": 20 * 2 ** 30, "capability": "8.9"},
+                         {"device": "mps", "name": "Apple GPU (MPS)", "memory": 16 * 2 ** 30,
+                          "free": 8 * 2 ** 30, "capability": None}]}
+
+
+def test_hardware_rows_describe_every_part():
+    assert dx.hardware_rows(FAKE) == [
+        ("CPU", "Fake CPU, 4 cores (8 logical, torch uses 4 threads)"),
+        ("RAM", "16.0 GiB total, 12.0 GiB available"),
+        ("cuda:0", "Fake GPU, 24.0 GiB (20.0 GiB free), compute capability 8.9"),
+        ("mps", "Apple GPU (MPS), 16.0 GiB (8.0 GiB free) (shares system RAM)"),
+        ("torch", "2.6.0+cu124, CUDA build 12.4"),
+        ("profile", "class")]
+    cpu_only = dict(FAKE, accelerators=[], cuda_build=None)
+    assert ("GPU", "none visible") in dx.hardware_rows(cpu_only)
+    assert ("torch", "2.6.0+cu124, CPU build") in dx.hardware_rows(cpu_only)
+
+
+def test_the_printed_report_is_its_rows(capsys, monkeypatch):
+    monkeypatch.delenv("D2L_EXPECT_GPU", raising=False)
+    report = dx.hardware_report()
+    printed = capsys.readouterr().out.splitlines()
+    rows = dx.hardware_rows(report)
+    assert len(printed) == len(rows)
+    for line, (label, text) in zip(printed, rows):
+        assert line.startswith(f"{label:<8}: {text}"), (line, label, text)

@@ -29,7 +29,6 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 DEFAULT_OUT = ROOT / "build" / "report"
 EXECUTED = "notebooks"  # OUT/notebooks/: the executed copies, which the slides and HTML build from
-GiB = 1024 ** 3
 
 
 # ---------------------------------------------------------------- running one notebook
@@ -137,20 +136,8 @@ def render_hardware(hardware: dict | None, error: str | None = None) -> list[str
         lines.append("")
     if not hardware:
         return lines + ["(no hardware report)"]
-    rows = [("CPU", f"{hardware.get('cpu')}, {hardware.get('cores')} cores "
-                    f"({hardware.get('logical_cores')} logical, torch uses "
-                    f"{hardware.get('torch_threads')} threads)"),
-            ("RAM", f"{hardware.get('ram_total', 0) / GiB:.1f} GiB total, "
-                    f"{hardware.get('ram_available', 0) / GiB:.1f} GiB available")]
-    for acc in hardware.get("accelerators") or []:
-        extra = f", compute capability {acc['capability']}" if acc.get("capability") else ""
-        rows.append((acc["device"], f"{acc['name']}, {acc['memory'] / GiB:.1f} GiB "
-                                    f"({acc['free'] / GiB:.1f} GiB free){extra}"))
-    if not hardware.get("accelerators"):
-        rows.append(("GPU", "none visible"))
-    build = f"CUDA build {hardware['cuda_build']}" if hardware.get("cuda_build") else "CPU build"
-    rows.append(("torch", f"{hardware.get('torch')}, {build}"))
-    rows.append(("profile", str(hardware.get("profile"))))
+    from d2l_extras.hardware import hardware_rows
+    rows = hardware_rows(hardware)
     lines += ["| | |", "| --- | --- |"] + [f"| {k} | {_cell(v)} |" for k, v in rows]
     return lines
 
