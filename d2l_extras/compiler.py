@@ -105,16 +105,13 @@ def memory_regime(operand_bytes: int, cache_bytes: int | None, live: int = 3) ->
     One eager operator reads one or two operands and writes a third, so about `live` operands
     of `operand_bytes` must stay in the cache for the passes to be served from it.
     """
-    if isinstance(operand_bytes, bool) or not isinstance(operand_bytes, int) or operand_bytes < 1:
-        raise ValueError(f"memory_regime(): operand_bytes must be a whole number >= 1, "
-                         f"got {operand_bytes!r}")
-    if isinstance(live, bool) or not isinstance(live, int) or live < 1:
-        raise ValueError(f"memory_regime(): live must be a whole number >= 1, got {live!r}")
+    from .hardware import whole_number
+
+    operand_bytes = whole_number(operand_bytes, "memory_regime(): operand_bytes")
+    live = whole_number(live, "memory_regime(): live")
     if cache_bytes is None:
         return "unknown"
-    if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, int) or cache_bytes < 1:
-        raise ValueError(f"memory_regime(): cache_bytes must be a whole number >= 1 or None "
-                         f"(unknown), got {cache_bytes!r}")
+    cache_bytes = whole_number(cache_bytes, "memory_regime(): cache_bytes (None when unknown)")
     if operand_bytes > cache_bytes:
         return "memory"   # not even one operand fits: every pass streams from main memory
     if live * operand_bytes <= cache_bytes:

@@ -34,6 +34,7 @@ from torch.utils.data.distributed import DistributedSampler
 
 from .data import SOURCES, default_sizes, load_images
 from .distributed import free_port, init_worker, save_result
+from .hardware import whole_number
 from .models import init_weights, resnet18
 from .parallel import even_batch_size
 from .profiles import by_profile
@@ -165,8 +166,7 @@ class RunPlan:
 
 def run_plan(n_gpus: int, batch_size: int) -> RunPlan:
     """Plan 1 vs k processes for n_gpus GPUs: k = n_gpus (>= 2), else 2 CPU processes."""
-    if isinstance(n_gpus, bool) or not isinstance(n_gpus, int) or n_gpus < 0:
-        raise ValueError(f"n_gpus must be a whole number >= 0, got {n_gpus!r}")
+    n_gpus = whole_number(n_gpus, "n_gpus", minimum=0)
     if n_gpus >= 2:  # NCCL needs a GPU of its own for every process
         k = n_gpus
         return RunPlan(k, even_batch_size(batch_size, k), "cuda")

@@ -102,11 +102,11 @@ def square_side(wanted: int, count: int = 1, device: torch.device | str | None =
     return min(wanted, side)
 
 
-def whole_number(value: object, what: str) -> int:
-    """Return value as an int if it is a whole number >= 1; else a ValueError naming `what`."""
+def whole_number(value: object, what: str, minimum: int = 1) -> int:
+    """Return value as an int if it is a whole number >= minimum; else a ValueError naming `what`."""
     # bool is an int subclass, but devices(True) is surely a mistake.
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"{what} must be a whole number >= 1, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"{what} must be a whole number >= {minimum}, got {value!r}")
     return int(value)
 
 

@@ -33,6 +33,8 @@ from typing import Mapping, Sequence
 import torch
 from torch import nn
 
+from .hardware import whole_number
+
 COMMIT_FILE = "committed.json"
 ACK_LOG = "acks.log"
 KILLED_MARK = "killed-once"  # the demonstration crash happens only once per work directory
@@ -47,14 +49,11 @@ def _least_loaded(load: Sequence[int]) -> int:
 
 def shard_owners(sizes: Mapping[str, int], world: int) -> dict[str, int]:
     """Owner rank of each key (in order) when keys of these sizes are spread over world ranks."""
-    from .hardware import whole_number
-
     world = whole_number(world, "world (number of ranks)")
     load, owners = [0] * world, {}
     for key, numel in sizes.items():
-        if isinstance(numel, bool) or not isinstance(numel, int) or numel < 0:
-            raise ValueError(f"shard_owners: the size of {key!r} must be a whole number of "
-                             f"elements >= 0, got {numel!r}")
+        numel = whole_number(numel, f"shard_owners: the size of {key!r} (in elements)",
+                             minimum=0)
         owners[key] = _least_loaded(load)
         load[owners[key]] += numel
     return owners
@@ -79,9 +78,7 @@ class KVStore:
                                "process started by torchrun (dx.launch)")
         if lr is not None and not lr > 0:
             raise ValueError(f"lr must be > 0 (or None for plain aggregation), got {lr!r}")
-        if isinstance(max_staleness, bool) or not isinstance(max_staleness, int) \
-                or max_staleness < 0:
-            raise ValueError(f"max_staleness must be a whole number >= 0, got {max_staleness!r}")
+        max_staleness = whole_number(max_staleness, "max_staleness", minimum=0)
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
         self.dist = dist

@@ -170,9 +170,9 @@ def process_counts(gpus: int) -> list[int]:
     Always 2, 3 and 4 (gloo on the CPU where there are fewer GPUs than processes, since NCCL
     needs one GPU per process), plus one process per GPU when there are more than 4 GPUs.
     """
-    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0:
-        raise ValueError(f"gpus must be a whole number >= 0 (0 on a CPU-only machine), "
-                         f"got {gpus!r}")
+    from .hardware import whole_number
+
+    gpus = whole_number(gpus, "gpus (0 on a CPU-only machine)", minimum=0)
     return [2, 3, 4] + ([gpus] if gpus > 4 else [])
 
 

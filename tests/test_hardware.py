@@ -178,3 +178,11 @@ def test_the_printed_report_is_its_rows(capsys, monkeypatch):
     assert len(printed) == len(rows)
     for line, (label, text) in zip(printed, rows):
         assert line.startswith(f"{label:<8}: {text}"), (line, label, text)
+
+
+def test_whole_number_takes_a_minimum():
+    assert dx.whole_number(0, "gpus", minimum=0) == 0
+    with pytest.raises(ValueError, match=r"gpus must be a whole number >= 0, got -1"):
+        dx.whole_number(-1, "gpus", minimum=0)
+    with pytest.raises(ValueError, match=r"n must be a whole number >= 1, got 0"):
+        dx.whole_number(0, "n")
