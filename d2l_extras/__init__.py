@@ -18,7 +18,8 @@ _EXPORTS = {
     # figures a notebook measured, collected by `make report`
     "report": ["read_records", "record"],
     "hardware": ["accelerators", "cpu_name", "default_device", "devices", "fit_to_memory",
-                 "free_memory", "hardware_report", "hardware_rows", "square_side", "whole_number"],
+                 "free_memory", "hardware_report", "hardware_rows", "positive_number", "square_side",
+                 "whole_number"],
     "timing": ["Benchmark", "Measurement", "TickClock", "format_seconds", "synchronize"],
     "plotting": ["bar_chart", "log_axis", "plot_roofline", "plot_timeline"],
     "compiler": ["compile_support", "last_level_cache", "maybe_compile", "memory_regime",

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 from typing import Callable, TypeVar
 
 import torch
@@ -67,11 +66,10 @@ def maybe_compile(fn: F, **options) -> F:
 
 def speed_verdict(baseline_s: float, other_s: float, tolerance: float = 0.05) -> str:
     """'faster', 'slower' or 'as fast': other_s against baseline_s, ties within `tolerance`."""
+    from .hardware import positive_number
+
     for name, value in (("baseline_s", baseline_s), ("other_s", other_s)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                or not math.isfinite(value) or value <= 0:
-            raise ValueError(f"speed_verdict(): {name} must be a measured time in seconds > 0, "
-                             f"got {value!r}")
+        positive_number(value, f"speed_verdict(): {name} (a measured time in seconds)")
     if not 0 <= tolerance < 1:
         raise ValueError(f"speed_verdict(): tolerance is a fraction in [0, 1), got {tolerance!r}")
     ratio = baseline_s / other_s  # > 1: other is faster

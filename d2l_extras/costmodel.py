@@ -9,12 +9,11 @@ same time, but one device's link carries one transfer at a time. The book's exam
 """
 from __future__ import annotations
 
-import math
 from typing import Sequence
 
 import matplotlib.pyplot as plt
 
-from .hardware import whole_number
+from .hardware import positive_number, whole_number
 
 STRATEGIES = ("one_gpu", "cpu", "sharded", "ring")
 # Human-readable names for plots and tables.
@@ -22,16 +21,9 @@ LABELS = {"one_gpu": "aggregate on one GPU", "cpu": "aggregate on the CPU",
           "sharded": "sharded over all GPUs", "ring": "ring allreduce"}
 
 
-def _positive(value: float, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 \
-            or math.isinf(value):
-        raise ValueError(f"{what} must be a finite number > 0, got {value!r}")
-    return float(value)
-
-
 def transfer_time(size: float, bandwidth: float) -> float:
     """Seconds to move `size` bytes over one link of `bandwidth` bytes/s."""
-    return _positive(size, "size (bytes)") / _positive(bandwidth, "bandwidth (bytes/s)")
+    return positive_number(size, "size (bytes)") / positive_number(bandwidth, "bandwidth (bytes/s)")
 
 
 def sync_time(strategy: str, size: float, n: int, bandwidth: float) -> float:
@@ -66,7 +58,7 @@ def ring_time(size: float, n: int, ring_bandwidths: Sequence[float],
         raise TypeError("ring_bandwidths is a list of bandwidths, one per ring, e.g. [36e9, 18e9]")
     if len(ring_bandwidths) == 0:
         raise ValueError("ring_bandwidths needs at least one ring's bandwidth")
-    total = sum(_positive(b, "each ring's bandwidth (bytes/s)") for b in ring_bandwidths)
+    total = sum(positive_number(b, "each ring's bandwidth (bytes/s)") for b in ring_bandwidths)
     factor = 2.0 if approximate else 2.0 * (n - 1) / n
     return factor * transfer_time(size, total)
 

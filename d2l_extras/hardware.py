@@ -110,6 +110,14 @@ def whole_number(value: object, what: str, minimum: int = 1) -> int:
     return int(value)
 
 
+def positive_number(value: object, what: str) -> float:
+    """Return value as a float if it is a finite number > 0; else a ValueError naming `what`."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0 \
+            or math.isinf(value):
+        raise ValueError(f"{what} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
 def devices(n: int) -> list[torch.device]:
     """Return exactly n devices: real GPUs first, the missing ones simulated as replicas."""
     n = whole_number(n, "devices(n): the number of devices n")

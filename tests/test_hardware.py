@@ -186,3 +186,10 @@ def test_whole_number_takes_a_minimum():
         dx.whole_number(-1, "gpus", minimum=0)
     with pytest.raises(ValueError, match=r"n must be a whole number >= 1, got 0"):
         dx.whole_number(0, "n")
+
+
+def test_positive_number_refuses_what_cannot_be_measured():
+    assert dx.positive_number(3, "size") == 3.0
+    for bad in (0, -1.5, float("nan"), float("inf"), True, "3", None):
+        with pytest.raises(ValueError, match="size must be a finite number > 0"):
+            dx.positive_number(bad, "size")
