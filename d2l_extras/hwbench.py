@@ -390,12 +390,10 @@ def matmul_sweep(sizes: Sequence[int] | None = None,
 
 def default_matmul_sizes(device: torch.device | str | None = None) -> list[int]:
     """Matrix sides from 64 up to the profile's largest for this kind of device that fit memory."""
-    device = _as_device(device)
-    top = by_profile(512, 1024, 2048) if device.type == "cpu" else by_profile(2048, 8192, 16384)
-    # a, b, c and the float32 original of a converted operand: four n x n float32 matrices in
-    # half the free memory, so a 4 GB GPU never runs out
-    return [s for s in (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
-            if s <= top and fit_to_memory(s * s, 16, device, 0.5) == s * s]
+    # The size policy's "matmul_sweep" entry: the profile's largest side for this kind of
+    # device, shrunk so that the sweep's four float32 matrices fit half the free memory.
+    top = problem_size("matmul_sweep", _as_device(device))
+    return [s for s in (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384) if s <= top]
 
 
 # --- the roofline: which operations the memory limits and which the arithmetic limits

@@ -74,6 +74,12 @@ SIZES: dict[str, Experiment] = {
     # matrix with m*m ~ n, and the read/copy probes of the roof). 16 bytes per element: x, y, z
     # and the matrix. On a GPU one vector must be far beyond the L2 cache (50 MB on an H100),
     # or the "memory" roof is the cache's.
+    # 04: the largest side of the matmul sweep (GFLOP/s by size and dtype): a, b, c and the
+    # float32 original of a converted operand are four n x n float32 matrices, in half the free
+    # memory. The sweep takes every power of two from 64 up to this side; none fits: no sweep.
+    "matmul_sweep": Experiment(
+        what="largest side of the matmul sweep", cpu=(512, 1024, 2048),
+        gpu=(2048, 8192, 16384), count=4, square=True, fraction=0.5),
     "roofline_stream": Experiment(
         what="elements of the roofline's vectors", cpu=(2 ** 22, 2 ** 24, 2 ** 25),
         gpu=(2 ** 24, 2 ** 26, 2 ** 27), bytes_per_item=16, minimum=2 ** 12,
