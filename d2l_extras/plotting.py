@@ -8,6 +8,33 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from .timing import Measurement, format_seconds
 
+# Projected, a slide is about 960 px wide: a 7-inch figure at 100 dpi fills most of it, and 12 pt
+# text stays 17 px high there. Every helper below draws at these sizes, never smaller.
+SLIDE_STYLE = {
+    "figure.figsize": (7.0, 3.6), "figure.dpi": 100, "savefig.dpi": 100,
+    "font.size": 12, "axes.titlesize": 13, "axes.labelsize": 12, "xtick.labelsize": 12,
+    "ytick.labelsize": 12, "legend.fontsize": 12, "legend.title_fontsize": 12,
+    "figure.titlesize": 13, "figure.constrained_layout.use": True,
+}
+MIN_POINTS = 12  # the smallest text a plot may hold
+
+
+def use_slide_style() -> dict:
+    """Set matplotlib's sizes for a projected slide (12 pt text, 7x3.6 in); return the old ones."""
+    old = {key: plt.rcParams[key] for key in SLIDE_STYLE}
+    plt.rcParams.update(SLIDE_STYLE)
+    return old
+
+
+def seconds_axis(ax: plt.Axes, axis: str = "y") -> plt.Axes:
+    """Label an axis that holds seconds with readable units (250 us, 1.5 ms), not raw seconds."""
+    if axis not in ("x", "y"):
+        raise ValueError(f"seconds_axis(): axis must be 'x' or 'y', got {axis!r}")
+    target = ax.yaxis if axis == "y" else ax.xaxis
+    target.set_major_formatter(FuncFormatter(lambda v, _: format_seconds(v) if v else "0"))
+    target.set_minor_formatter(NullFormatter())
+    return ax
+
 
 def bar_chart(values: Mapping[str, float] | Sequence[Measurement], ylabel: str = "seconds",
               title: str | None = None, ax: plt.Axes | None = None, log: bool = False,
@@ -20,11 +47,11 @@ def bar_chart(values: Mapping[str, float] | Sequence[Measurement], ylabel: str =
     if not items:
         raise ValueError("bar_chart() needs at least one value to draw")
     if ax is None:
-        _, ax = plt.subplots(figsize=(max(3.5, 1.2 * len(items)), 3))
+        _, ax = plt.subplots(figsize=(max(5.0, 1.6 * len(items)), 3.6))
     names, heights = zip(*items)
     bars = ax.bar(names, heights, color=[f"C{i}" for i in range(len(items))])
     labels = [format_seconds(h) if seconds else f"{h:.3g}" for h in heights]
-    ax.bar_label(bars, labels=labels, padding=2, fontsize=9)
+    ax.bar_label(bars, labels=labels, padding=2, fontsize=MIN_POINTS)
     ax.set_ylabel(ylabel)
     if log:
         ax.set_yscale("log")
@@ -32,8 +59,7 @@ def bar_chart(values: Mapping[str, float] | Sequence[Measurement], ylabel: str =
     else:
         ax.set_ylim(0, max(heights) * 1.18)  # room for the labels above the bars
     if seconds:  # "25 us" reads better than 2.5 with a 1e-5 offset above the axis
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: format_seconds(v) if v else "0"))
-        ax.yaxis.set_minor_formatter(NullFormatter())
+        seconds_axis(ax, "y")
     if title:
         ax.set_title(title)
     return ax
@@ -78,7 +104,7 @@ def plot_timeline(events: Sequence, ax: plt.Axes | None = None, title: str | Non
         lanes = sorted(firsts, key=lambda ln: _lane_order(ln, firsts[ln]))
     lanes = list(lanes)
     if ax is None:
-        _, ax = plt.subplots(figsize=(8, 0.6 + 0.55 * len(lanes)))
+        _, ax = plt.subplots(figsize=(8, 1.0 + 0.7 * len(lanes)))
     span = max(ev.start + ev.duration for ev in events) - min(ev.start for ev in events)
     scale, unit = (1e3, "ms") if span < 1 else (1.0, "s")
     colors: dict[str, str] = dict(TIMELINE_COLORS) if color_by == "kind" else {}
@@ -93,14 +119,15 @@ def plot_timeline(events: Sequence, ax: plt.Axes | None = None, title: str | Non
         ax.broken_barh([(x, w)], (row - 0.35, 0.7), facecolors=color, edgecolors="white",
                        linewidth=0.3, label=key)
         if labels and ev.duration > 0.08 * span:
-            ax.text(x + w / 2, row, _short_label(ev.name), ha="center", va="center", fontsize=7,
-                    clip_on=True)
+            ax.text(x + w / 2, row, _short_label(ev.name), ha="center", va="center",
+                    fontsize=MIN_POINTS, clip_on=True)
     ax.set_yticks(range(len(lanes)), lanes[::-1])
     ax.set_xlabel(f"time ({unit})")
     handles, names = ax.get_legend_handles_labels()
     unique = dict(zip(names, handles))
     if len(unique) <= 8:
-        ax.legend(unique.values(), unique.keys(), loc="upper right", fontsize=8, framealpha=0.8)
+        ax.legend(unique.values(), unique.keys(), loc="upper left", bbox_to_anchor=(1.0, 1.0),
+                  fontsize=MIN_POINTS, frameon=False)  # beside the lanes, never over a bar
     if title:
         ax.set_title(title)
     return ax
@@ -113,7 +140,7 @@ def plot_roofline(bandwidth_gbps: float, peak_gflops: float, kernels: Sequence =
         raise ValueError(f"plot_roofline needs bandwidth and peak > 0, got "
                          f"{bandwidth_gbps} GB/s and {peak_gflops} GFLOP/s")
     if ax is None:
-        _, ax = plt.subplots(figsize=(6, 3.6))
+        _, ax = plt.subplots(figsize=(7, 4))
     ridge = peak_gflops / bandwidth_gbps  # FLOP/byte where memory stops being the limit
     # Each kernel: anything with .name, .intensity (FLOP/byte) and .gflops (measured).
     xs = [k.intensity for k in kernels] + [ridge]
@@ -122,11 +149,11 @@ def plot_roofline(bandwidth_gbps: float, peak_gflops: float, kernels: Sequence =
     ax.plot(grid, [min(peak_gflops, bandwidth_gbps * x) for x in grid], "k-", lw=2)
     ax.axvline(ridge, color="gray", ls=":", lw=1)
     ax.annotate(f"ridge {ridge:.2g} FLOP/B", (ridge, peak_gflops), textcoords="offset points",
-                xytext=(4, -14), fontsize=8, color="gray")
+                xytext=(4, -16), fontsize=MIN_POINTS, color="gray")
     ax.annotate(f"memory {bandwidth_gbps:.3g} GB/s", (lo, bandwidth_gbps * lo),
-                textcoords="offset points", xytext=(4, 6), fontsize=8, rotation=0)
+                textcoords="offset points", xytext=(4, 6), fontsize=MIN_POINTS, rotation=0)
     ax.annotate(f"peak {peak_gflops:.3g} GFLOP/s", (hi, peak_gflops), textcoords="offset points",
-                xytext=(-90, 4), fontsize=8)
+                xytext=(-4, 4), ha="right", fontsize=MIN_POINTS)
     for i, k in enumerate(kernels):
         ax.plot(k.intensity, k.gflops, "o", color=f"C{i}", label=k.name)
     ax.set_xscale("log")
@@ -134,7 +161,7 @@ def plot_roofline(bandwidth_gbps: float, peak_gflops: float, kernels: Sequence =
     ax.set_xlabel("arithmetic intensity (FLOP per byte)")
     ax.set_ylabel("GFLOP/s")
     if kernels:
-        ax.legend(fontsize=8, loc="lower right")
+        ax.legend(fontsize=MIN_POINTS, loc="lower right")
     if title:
         ax.set_title(title)
     return ax

@@ -45,3 +45,19 @@ def read_records(directory: str | os.PathLike) -> list[dict]:
         return []
     with open(path, encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+_NOTICED: set[str] = set()
+
+
+def notice(message: str) -> bool:
+    """Print a one-line notice the first time it is given in this process; True if printed."""
+    if not isinstance(message, str) or not message.strip():
+        raise ValueError(f"notice(): message must be a non-empty string, got {message!r}")
+    # One line, whatever the caller passed (an exception's text often spans several).
+    line = " ".join(message.split())
+    if line in _NOTICED:
+        return False
+    _NOTICED.add(line)
+    print(f"notice: {line}")
+    return True

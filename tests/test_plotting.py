@@ -1,3 +1,4 @@
+import matplotlib
 import matplotlib.pyplot as plt
 import pytest
 
@@ -45,4 +46,53 @@ def test_log_axis_needs_a_log_axis():
 def test_bar_chart_labels_seconds_with_units():
     ax = dx.bar_chart({"a": 2.5e-5, "b": 3e-5})
     assert ax.yaxis.get_major_formatter()(2e-5, 0) == "20 us"
+    plt.close("all")
+
+
+def test_slide_style_sets_readable_sizes_and_returns_the_old_ones():
+    old = dx.use_slide_style()
+    try:
+        assert plt.rcParams["font.size"] >= dx.MIN_POINTS
+        assert all(plt.rcParams[k] >= dx.MIN_POINTS for k in
+                   ("xtick.labelsize", "ytick.labelsize", "legend.fontsize", "axes.labelsize"))
+        assert tuple(plt.rcParams["figure.figsize"]) == dx.SLIDE_STYLE["figure.figsize"]
+    finally:
+        plt.rcParams.update(old)
+    assert set(old) == set(dx.SLIDE_STYLE)
+
+
+def _texts(fig):
+    return [t for t in fig.findobj(matplotlib.text.Text) if t.get_text()]
+
+
+def test_helpers_draw_no_text_below_the_minimum():
+    old = dx.use_slide_style()
+    try:
+        ax = dx.bar_chart({"eager": 2e-3, "compiled": 1e-3})
+        events = [dx.TimelineEvent("aten::mm", "CPU thread 1", 0.0, 1e-3, "cpu op"),
+                  dx.TimelineEvent("copy", "cuda:0 stream 7", 5e-4, 1e-3, "copy")]
+        tl = dx.plot_timeline(events)
+        kernel = type("K", (), {"name": "axpy", "intensity": 0.1, "gflops": 1.0})()
+        roof = dx.plot_roofline(10.0, 100.0, [kernel])
+        for a in (ax, tl, roof):
+            a.figure.canvas.draw()
+            small = [(t.get_text(), t.get_fontsize()) for t in _texts(a.figure)
+                     if t.get_fontsize() < dx.MIN_POINTS]
+            assert not small, small
+    finally:
+        plt.rcParams.update(old)
+        plt.close("all")
+
+
+def test_seconds_axis_shows_units_not_raw_seconds():
+    _, ax = plt.subplots()
+    ax.plot([0, 1, 2], [0, 2e-3, 4e-3])
+    dx.seconds_axis(ax, "y")
+    formatter = ax.yaxis.get_major_formatter()
+    assert formatter(2e-3, 0) == "2 ms" and formatter(2.5e-5, 0) == "25 us"
+    assert formatter(0, 0) == "0"
+    dx.seconds_axis(ax, "x")
+    assert ax.xaxis.get_major_formatter()(1.5, 0) == "1.5 s"
+    with pytest.raises(ValueError, match="'x' or 'y'"):
+        dx.seconds_axis(ax, "z")
     plt.close("all")

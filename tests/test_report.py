@@ -37,3 +37,18 @@ def test_bad_keys_are_refused(key):
 def test_values_that_were_not_measured_are_refused(value):
     with pytest.raises(ValueError, match="finite number"):
         dx.record("x", value, "s")
+
+
+def test_a_notice_prints_once_on_one_line(capsys):
+    message = "Fashion-MNIST could not be downloaded:\n  using digits (test_report)"
+    assert dx.notice(message) is True
+    assert dx.notice(message) is False
+    assert dx.notice(" ".join(message.split())) is False  # the same line, however wrapped
+    out = capsys.readouterr().out
+    assert out == "notice: Fashion-MNIST could not be downloaded: using digits (test_report)\n"
+
+
+@pytest.mark.parametrize("bad", ["", "   ", None, 3])
+def test_a_notice_needs_a_message(bad):
+    with pytest.raises(ValueError, match="non-empty string"):
+        dx.notice(bad)

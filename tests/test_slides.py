@@ -266,3 +266,20 @@ def test_command_line_builds_into_the_given_directory(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert (tmp_path / "out" / "demo.html").is_file() and (tmp_path / "out" / "index.html").is_file()
+
+
+def test_cells_tagged_no_slide_are_skipped():
+    cells = [md("# T"), code("import torch", ), md("## S"), code("x = 1"), code("dx.record()")]
+    cells[1]["metadata"]["tags"] = [nbmeta.NO_SLIDE]
+    cells[4]["metadata"]["tags"] = ["other", nbmeta.NO_SLIDE]
+    assert nbmeta.slide_types(cells) == ["slide", "skip", "slide", "-", "skip"]
+    # The first cell always opens the deck, tagged or not.
+    first = md("# T", tags=[nbmeta.NO_SLIDE])
+    assert nbmeta.slide_types([first]) == ["slide"]
+
+
+def test_a_plot_gets_a_subslide_of_its_own():
+    cells = [md("## S"), code("x = 1"), code("dx.bar_chart({'a': 1})"), md("what it shows"),
+             code("y = 2"), code("d2l.Animator(xlabel='epoch')"), md("## Next")]
+    assert nbmeta.slide_types(cells) == ["slide", "-", "subslide", "subslide", "-", "subslide",
+                                         "slide"]

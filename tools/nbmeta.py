@@ -8,6 +8,10 @@ is derived from the cells themselves and rerun whenever a notebook changes:
 - a Markdown cell that starts with a `#` or `##` heading starts a new slide (one per section);
 - a `###` heading, or a cell that would overfill the current slide, starts a sub-slide (reveal.js
   shows sub-slides below their slide: press the down arrow);
+- a code cell that draws a plot gets a sub-slide of its own, and the cell after it starts another,
+  so that a picture is never pushed below the fold by code or prose;
+- a cell tagged `no-slide` (imports, set-up, recording figures for `make report`, checks) is left
+  out of the decks: slide type "skip", which nbconvert's slides and RISE both honour;
 - every other cell continues the current (sub-)slide ("-").
 Running it twice changes nothing, and it rewrites nothing but `metadata.kernelspec` and each cell's
 `metadata.slideshow`: the rest of the file keeps its bytes, because the file is written back in the
@@ -35,8 +39,9 @@ OUTPUT_LINES = 3      # allowance for what a code cell prints (the stored notebo
 FIGURE_LINES = 12     # a picture takes about half a slide
 _FIGURE_IN_MARKDOWN = re.compile(r"!\[[^\]]*\]\(|<img\b", re.I)
 # Code that draws: matplotlib calls and the d2l_extras plotting helpers (bar_chart, plot_*).
-_FIGURE_IN_CODE = re.compile(r"\b(plt\.\w+|bar_chart|plot_\w+)\s*\(")
+_FIGURE_IN_CODE = re.compile(r"\b(plt\.\w+|bar_chart|plot_\w+|Animator)\s*\(")
 _HEADING = re.compile(r"(#{1,6})\s")
+NO_SLIDE = "no-slide"  # the cell tag that keeps a cell out of the decks
 
 
 def _source(cell: dict) -> str:
@@ -64,18 +69,32 @@ def cell_lines(cell: dict) -> int:
     return lines
 
 
+def hidden(cell: dict) -> bool:
+    """True if the cell is tagged to stay out of the decks (`no-slide`)."""
+    return NO_SLIDE in cell.get("metadata", {}).get("tags", [])
+
+
+def draws(cell: dict) -> bool:
+    """True if a code cell draws a plot (matplotlib or a d2l_extras/d2l plotting helper)."""
+    return cell.get("cell_type") == "code" and bool(_FIGURE_IN_CODE.search(_source(cell)))
+
+
 def slide_types(cells: list[dict]) -> list[str]:
     """The slideshow `slide_type` of every cell (see the module docstring for the rules)."""
-    types, used = [], 0
+    types, used, after_plot = [], 0, False
     for i, cell in enumerate(cells):
+        if i > 0 and hidden(cell):
+            types.append("skip")
+            continue
         height, level = cell_lines(cell), heading_level(cell)
         if i == 0 or level in (1, 2):
             kind = "slide"
-        elif level >= 3 or used + height > SLIDE_LINES:
+        elif level >= 3 or draws(cell) or after_plot or used + height > SLIDE_LINES:
             kind = "subslide"
         else:
             kind = "-"
         used = height if kind != "-" else used + height
+        after_plot = draws(cell)
         types.append(kind)
     return types
 

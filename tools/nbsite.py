@@ -152,6 +152,8 @@ def _exporter(kind: str, urls: dict):
                   mathjax_url=urls["mathjax"],
                   exclude_input_prompt=False)
     if kind == "slides":
+        # No In[ ]/Out[ ] prompts on a slide: their 120 px column would cut 80-character lines.
+        common.update(exclude_input_prompt=True, exclude_output_prompt=True)
         return SlidesExporter(template_name="d2l_slides", reveal_url_prefix=urls["reveal"],
                               reveal_theme="white", reveal_number="c/t", **common)
     return HTMLExporter(template_name="d2l_page", **common)

@@ -1,0 +1,69 @@
+"""Every slide of every notebook's deck fits a projector (1280x720), as an instructor shows it.
+
+The notebooks are executed in the active profile (`ci` in `make test`) by tools/report.py, the
+decks are cut by tools/nbsite.py as `make slides` cuts them, and tools/deckcheck.py visits every
+slide in headless Chromium: content taller than the slide, a code line cut at the right edge or a
+picture shrunk below its size fails. D2L_DECK_NOTEBOOKS=DIR checks notebooks already executed
+there (e.g. build/report/notebooks) instead of running them again. Skipped without Chromium.
+"""
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+from tools import deckcheck, nbsite, report  # noqa: E402
+from tools.browser import find_chromium  # noqa: E402
+
+pytest.importorskip("websocket", reason="websocket-client is not installed (requirements.txt)")
+pytestmark = pytest.mark.skipif(
+    find_chromium() is None,
+    reason="no Chromium installed: apt-get install -y chromium (Debian) runs this test")
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+@pytest.fixture(scope="module")
+def decks(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("decks")
+    executed = os.environ.get("D2L_DECK_NOTEBOOKS")
+    if executed:
+        folder = Path(executed)
+    else:
+        assert report.report(NOTEBOOKS, tmp / "report") == 0, \
+            f"a notebook failed to run: see {tmp / 'report' / 'summary.md'}"
+        folder = tmp / "report" / report.EXECUTED
+    nbsite.build("slides", sorted(folder.glob("*.ipynb")), tmp / "slides", ROOT / "notebooks")
+    return sorted((tmp / "slides").glob("*.slides.html"))
+
+
+def test_every_notebook_has_a_deck(decks):
+    assert [d.name.removesuffix(".slides.html") for d in decks] == [p.stem for p in NOTEBOOKS]
+
+
+def test_every_slide_fits_at_1280x720(decks):
+    problems = deckcheck.check(decks, width=1280, height=720)
+    assert not problems, f"{len(problems)} slides do not fit:\n" + "\n".join(problems)
+
+
+def test_the_check_sees_a_slide_that_overflows(tmp_path):
+    tall = "\n".join(f"<p>line {i}</p>" for i in range(60))
+    wide = "<pre>" + "x" * 400 + "</pre>"
+    deck = tmp_path / "bad.slides.html"
+    reveal = nbsite.reveal_dir()
+    if reveal is None:
+        pytest.skip("sphinx-revealjs is not installed")
+    deck.write_text(f"""<html><head><link rel="stylesheet" href="{(reveal / 'dist' / 'reveal.css')
+        .as_uri()}"><style>.reveal .slides section {{ max-height: 700px; overflow-y: auto; }}
+        pre {{ overflow-x: auto; }}</style></head><body><div class="reveal"><div class="slides">
+        <section><h2>fits</h2><p>short</p></section><section><h2>too tall</h2>{tall}</section>
+        <section><h2>too wide</h2>{wide}</section></div></div>
+        <script src="{(reveal / 'dist' / 'reveal.js').as_uri()}"></script>
+        <script>Reveal.initialize({{width: 960, height: 700, center: false}});</script>
+        </body></html>""")
+    problems = deckcheck.check([deck])
+    assert len(problems) == 2, problems
+    assert "slide 2.1 (too tall): content" in problems[0]
+    assert "slide 3.1 (too wide): a line cut" in problems[1]

@@ -1,0 +1,42 @@
+"""tests/nbcells.py runs a notebook's import and defining cells, and nothing else."""
+import json
+
+import pytest
+
+import nbcells
+
+
+def write(tmp_path, name, sources):
+    cells = [{"cell_type": "markdown", "metadata": {}, "source": "# T"}]
+    cells += [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+               "source": s} for s in sources]
+    (tmp_path / f"{name}.ipynb").write_text(json.dumps({"cells": cells}))
+
+
+@pytest.fixture
+def notebooks(tmp_path, monkeypatch):
+    monkeypatch.setattr(nbcells, "NOTEBOOKS", tmp_path)
+    write(tmp_path, "99-demo", [
+        "import math",
+        "raise RuntimeError('a measurement: must not run')",
+        "def area(r):\n    return math.pi * r * r",
+        "SIDE = 3\nclass Box:\n    pass",
+        "area(1)\nprint('a plot')",
+    ])
+    return tmp_path
+
+
+def test_runs_imports_and_definitions_only(notebooks):
+    ns = nbcells.notebook_namespace("99", ["area", "SIDE"])
+    assert ns["area"](1.0) == pytest.approx(3.14159, rel=1e-5)
+    assert ns["SIDE"] == 3 and "Box" in ns  # the whole defining cell runs
+
+
+def test_names_no_cell_defines_are_reported(notebooks):
+    with pytest.raises(KeyError, match="no cell defines \\['volume'\\]"):
+        nbcells.notebook_namespace("99", ["area", "volume"])
+
+
+def test_an_unknown_notebook_is_reported(notebooks):
+    with pytest.raises(FileNotFoundError, match="starts with '42'"):
+        nbcells.notebook_path("42")

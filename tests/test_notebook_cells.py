@@ -1,0 +1,83 @@
+"""Cells fit a slide, and bookkeeping stays out of the teaching cells (issue 16).
+
+- a code cell has at most 25 lines, none wider than 80 characters (a projected slide shows that);
+- a Markdown cell fits one slide by tools/nbmeta.py's estimate;
+- `dx.record`, `dx.notice` and the report's tables live only in cells tagged `no-slide`, which
+  the decks leave out; no cell prints source code (`inspect.getsource`) for the slide;
+- every notebook ends with a short list of its sources.
+"""
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+from tools.nbmeta import SLIDE_LINES, cell_lines, hidden  # noqa: E402
+
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+MAX_LINES, MAX_WIDTH = 25, 80
+BOOKKEEPING = re.compile(r"\bdx\.(record|notice)\s*\(")
+
+
+def cells(path):
+    return list(enumerate(json.loads(path.read_text(encoding="utf-8"))["cells"]))
+
+
+def source(cell):
+    return "".join(cell["source"])
+
+
+def too_big(cell):
+    lines = source(cell).splitlines()
+    wide = [n for n, line in enumerate(lines, 1) if len(line) > MAX_WIDTH]
+    problems = []
+    if len(lines) > MAX_LINES:
+        problems.append(f"{len(lines)} lines (at most {MAX_LINES})")
+    if wide:
+        problems.append(f"lines {wide[:6]} wider than {MAX_WIDTH} characters")
+    return "; ".join(problems)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_code_cells_fit_a_slide(path):
+    bad = [f"cell {i}: {too_big(c)}" for i, c in cells(path)
+           if c["cell_type"] == "code" and too_big(c)]
+    assert not bad, f"{path.name}: " + "; ".join(bad)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_markdown_cells_fit_a_slide(path):
+    bad = [f"cell {i} ({cell_lines(c)} lines)" for i, c in cells(path)
+           if c["cell_type"] == "markdown" and cell_lines(c) > SLIDE_LINES]
+    assert not bad, f"{path.name}: split these Markdown cells: {bad}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_bookkeeping_stays_out_of_teaching_cells(path):
+    bad = [i for i, c in cells(path) if c["cell_type"] == "code" and not hidden(c)
+           and BOOKKEEPING.search(source(c))]
+    assert not bad, (f"{path.name}: cells {bad} call dx.record/dx.notice; move that into a cell "
+                     f"tagged no-slide (e.g. the notebook's last cell)")
+    dumps = [i for i, c in cells(path) if "getsource(" in source(c)]
+    assert not dumps, f"{path.name}: cells {dumps} print source code; show it in a cell instead"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_sources_listed_at_the_end(path):
+    markdown = [source(c) for _, c in cells(path) if c["cell_type"] == "markdown"]
+    tail = "\n".join(markdown[-3:])
+    assert re.search(r"^#+\s*(Sources|References)\b", tail, re.M), \
+        f"{path.name}: end with a '## Sources' list (the references, out of the argument)"
+
+
+def test_the_checks_catch_what_they_should():
+    big = {"cell_type": "code", "source": ["x = 1\n"] * 26, "metadata": {}}
+    wide = {"cell_type": "code", "source": ["y" * 81], "metadata": {}}
+    assert "26 lines" in too_big(big) and "wider" in too_big(wide)
+    assert not too_big({"cell_type": "code", "source": ["x = 1\n"] * 25, "metadata": {}})
+    assert BOOKKEEPING.search("dx.record('k', 1.0, 'x')")
+    assert hidden({"metadata": {"tags": ["no-slide"]}}) and not hidden({"metadata": {}})

@@ -1,0 +1,90 @@
+"""Open every slide of every deck in headless Chromium and list what does not fit (issue 16).
+
+    python -m tools.deckcheck build/slides            # after `make slides`
+    python -m tools.deckcheck --width 1280 --height 720 build/slides/04-hardware.slides.html
+
+A slide does not fit when its content is taller than the slide (reveal.js would make it scroll),
+when a code or output line is wider than its box (it is cut at the right edge), or when a picture
+is shrunk below 90 % of its size, which makes its 12 pt text smaller than 12 pt on the screen.
+Prints one line per problem and exits 1 if there is any.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+try:
+    from tools.browser import Browser
+except ImportError:  # run as a script: tools/ is on sys.path
+    from browser import Browser
+
+# Run in the page for the current slide; returns what does not fit, in slide pixels.
+MEASURE = """(() => {
+  const s = Reveal.getCurrentSlide(), out = [];
+  if (s.scrollHeight > s.clientHeight + 2)
+    out.push(`content ${s.scrollHeight} px tall in a ${s.clientHeight} px slide`);
+  for (const pre of s.querySelectorAll('pre')) {
+    if (pre.scrollWidth > pre.clientWidth + 2) {
+      const line = pre.innerText.split('\\n').reduce((a, b) => b.length > a.length ? b : a, '');
+      out.push(`a line cut at the right edge: "${line.trim().slice(0, 60)}"`);
+    }
+  }
+  for (const img of s.querySelectorAll('img')) {
+    if (img.naturalWidth && img.clientWidth < 0.9 * img.naturalWidth)
+      out.push(`picture shrunk to ${Math.round(100 * img.clientWidth / img.naturalWidth)} %`);
+  }
+  const title = (s.querySelector('h1,h2,h3') || {}).innerText || '';
+  return JSON.stringify({title: title.slice(0, 50), problems: out});
+})()"""
+
+
+def check_deck(browser: Browser, deck: Path) -> list[str]:
+    """Visit every slide of one deck; return one line per slide that does not fit."""
+    browser.open(deck.resolve().as_uri())
+    if not browser.wait_for("window.Reveal && Reveal.isReady()", timeout=30):
+        return [f"{deck.name}: reveal.js did not start ({browser.errors[:2]})"]
+    browser.evaluate("Reveal.configure({transition: 'none', backgroundTransition: 'none'})")
+    browser.wait_for("!window.MathJax || !MathJax.Hub || MathJax.Hub.queue.pending === 0", 20)
+    stacks = browser.evaluate("Reveal.getHorizontalSlides().map("
+                              "h => Math.max(1, h.querySelectorAll(':scope > section').length))")
+    problems = []
+    for h, count in enumerate(stacks):
+        for v in range(count):
+            browser.evaluate(f"Reveal.slide({h}, {v})")
+            found = json.loads(browser.evaluate(MEASURE))
+            for problem in found["problems"]:
+                problems.append(f"{deck.name} slide {h + 1}.{v + 1} "
+                                f"({found['title'] or 'no heading'}): {problem}")
+    return problems
+
+
+def check(decks: list[Path], width: int = 1280, height: int = 720) -> list[str]:
+    """Every problem of every deck, opened at width x height."""
+    problems = []
+    with Browser(width=width, height=height) as browser:
+        for deck in decks:
+            problems += check_deck(browser, deck)
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: see the module docstring."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("paths", nargs="+", type=Path, help="decks, or folders holding them")
+    parser.add_argument("--width", type=int, default=1280)
+    parser.add_argument("--height", type=int, default=720)
+    args = parser.parse_args(argv)
+    decks = [d for p in args.paths
+             for d in (sorted(p.glob("*.slides.html")) if p.is_dir() else [p])]
+    if not decks:
+        print("no decks found: build them with `make slides`", file=sys.stderr)
+        return 2
+    problems = check(decks, args.width, args.height)
+    print("\n".join(problems) or f"every slide of {len(decks)} decks fits")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
