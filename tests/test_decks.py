@@ -17,6 +17,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 from tools import deckcheck, nbsite, report  # noqa: E402
 from tools.browser import find_chromium  # noqa: E402
+from pending import params  # noqa: E402
 
 pytest.importorskip("websocket", reason="websocket-client is not installed (requirements.txt)")
 pytestmark = pytest.mark.skipif(
@@ -36,15 +37,16 @@ def decks(tmp_path_factory):
             f"a notebook failed to run: see {tmp / 'report' / 'summary.md'}"
         folder = tmp / "report" / report.EXECUTED
     nbsite.build("slides", sorted(folder.glob("*.ipynb")), tmp / "slides", ROOT / "notebooks")
-    return sorted((tmp / "slides").glob("*.slides.html"))
+    return {d.name.removesuffix(".slides.html"): d for d in (tmp / "slides").glob("*.slides.html")}
 
 
 def test_every_notebook_has_a_deck(decks):
-    assert [d.name.removesuffix(".slides.html") for d in decks] == [p.stem for p in NOTEBOOKS]
+    assert sorted(decks) == [p.stem for p in NOTEBOOKS]
 
 
-def test_every_slide_fits_at_1280x720(decks):
-    problems = deckcheck.check(decks, width=1280, height=720)
+@pytest.mark.parametrize("path", params(NOTEBOOKS))
+def test_every_slide_fits_at_1280x720(decks, path):
+    problems = deckcheck.check([decks[path.stem]], width=1280, height=720)
     assert not problems, f"{len(problems)} slides do not fit:\n" + "\n".join(problems)
 
 
