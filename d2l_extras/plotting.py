@@ -88,6 +88,11 @@ def _short_label(name: str) -> str:
     return name.rsplit(": ", 1)[-1].removeprefix("aten::")[:18]
 
 
+def _text_pixels(text: str, dpi: float, points: float = MIN_POINTS) -> float:
+    # About 0.62 em per character in the default sans-serif font, plus a little margin.
+    return (0.62 * len(text) + 0.8) * points * dpi / 72
+
+
 def plot_timeline(events: Sequence, ax: plt.Axes | None = None, title: str | None = None,
                   color_by: str = "kind", lanes: Sequence[str] | None = None,
                   labels: bool = True) -> plt.Axes:
@@ -108,6 +113,8 @@ def plot_timeline(events: Sequence, ax: plt.Axes | None = None, title: str | Non
     span = max(ev.start + ev.duration for ev in events) - min(ev.start for ev in events)
     scale, unit = (1e3, "ms") if span < 1 else (1.0, "s")
     colors: dict[str, str] = dict(TIMELINE_COLORS) if color_by == "kind" else {}
+    # A bar gets its name only where the name fits inside it: labels never run into each other.
+    px_per_second = ax.bbox.width / span if span > 0 else 0.0
     for ev in events:
         if ev.lane not in lanes:
             continue
@@ -118,8 +125,9 @@ def plot_timeline(events: Sequence, ax: plt.Axes | None = None, title: str | Non
         x, w = ev.start * scale, max(ev.duration * scale, span * scale * 2e-3)
         ax.broken_barh([(x, w)], (row - 0.35, 0.7), facecolors=color, edgecolors="white",
                        linewidth=0.3, label=key)
-        if labels and ev.duration > 0.08 * span:
-            ax.text(x + w / 2, row, _short_label(ev.name), ha="center", va="center",
+        label = _short_label(ev.name)
+        if labels and ev.duration * px_per_second > _text_pixels(label, ax.figure.dpi):
+            ax.text(x + w / 2, row, label, ha="center", va="center",
                     fontsize=MIN_POINTS, clip_on=True)
     ax.set_yticks(range(len(lanes)), lanes[::-1])
     ax.set_xlabel(f"time ({unit})")

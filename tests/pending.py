@@ -5,7 +5,6 @@ Their checks in tests/test_notebook_cells.py and tests/test_decks.py are expecte
 """
 PENDING: set[str] = {
     "01-compilers-and-interpreters",
-    "02-asynchronous-computation",
     "03-automatic-parallelism",
     "04-hardware",
     "05-multiple-gpus-from-scratch",

@@ -42,8 +42,25 @@ def test_plot_timeline_gpu_lanes_cpu_on_top_then_each_device():
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
     assert set(legend) == {"cpu op", "wait", "kernel", "copy"}
     texts = {t.get_text() for t in ax.texts}
-    assert "Memcpy DtoH" in texts and "compute_and_copy" in texts  # short labels on long bars
+    # Short labels on long bars; a name too long for its bar is left out, never run over.
+    assert "Memcpy DtoH" in texts and "compute_and_copy" not in texts
     plt.close(ax.figure)
+
+
+def test_plot_timeline_labels_never_collide():
+    ev = dx.TimelineEvent
+    # Ten back-to-back bars of a tenth each: "matmul" is too long for them at 12 pt.
+    events = [ev("matmul", "backend", 0.1 * i, 0.1, "cpu op") for i in range(10)]
+    events.append(ev("wait", "frontend", 0.0, 1.0, "wait"))
+    ax = dx.plot_timeline(events)
+    assert [t.get_text() for t in ax.texts] == ["wait"]
+    room = events[:2] + [ev("wait", "frontend", 0.0, 0.2, "wait")]  # bars of half the span
+    wide = dx.plot_timeline(room)
+    assert sorted(t.get_text() for t in wide.texts) == ["matmul", "matmul", "wait"]
+    wide.figure.canvas.draw()
+    boxes = [t.get_window_extent() for t in wide.texts]
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    plt.close("all")
 
 
 def test_plot_timeline_orders_many_devices_by_number():
