@@ -8,27 +8,27 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.patches import FancyBboxPatch  # noqa: E402
-from _figure import out_dir_arg, save  # images/_figure.py, beside this script
+from _figure import canvas, link, node, out_dir_arg, save, slide_style  # images/_figure.py
 
-# (column, row) of each node; rows are devices: GPU 0 on top, the CPU in the middle, GPU 1 below.
-ROWS = {"gpu0": 2.0, "cpu": 1.0, "gpu1": 0.0}
-HALF = 0.7  # half the width of a node
+# Rows are devices: GPU 0 on top, the CPU in the middle, GPU 1 below (y in inches).
+ROWS = {"GPU 0": 2.95, "CPU": 1.9, "GPU 1": 0.85}
 STYLE = {"param": "#d9d9d9", "fwd": "#9ecae1", "bwd": "#fdae6b", "update": "#a1d99b"}
+COPY = "#c0392b"
+NODE_H = 0.58
 
 
 def nodes():
-    """Every node: key -> (x, row, label, style)."""
-    out = {"W": (0.0, "cpu", "W1, W2\nparameters", "param"),
-           "sum": (8.6, "cpu", "sum the\ngradients", "update"),
-           "upd": (10.2, "cpu", "update\nW -= lr * grad", "update")}
-    for g in ("gpu0", "gpu1"):
-        k = g[-1]
-        out |= {f"w{k}": (1.6, g, "copy of\nW1, W2", "param"),
-                f"h{k}": (3.2, g, f"H = relu(X{k} W1)\nbatch X{k}", "fwd"),
-                f"o{k}": (4.8, g, "O = H W2\nloss(O, y)", "fwd"),
-                f"g2{k}": (6.4, g, "grad W2", "bwd"),
-                f"g1{k}": (8.0, g, "grad W1", "bwd")}
+    """Every node: key -> (x centre, row, width, label, style); sizes in inches."""
+    out = {"W": (1.35, "CPU", 1.15, "W1, W2\nparameters", "param"),
+           "sum": (6.5, "CPU", 1.0, "sum the\ngradients", "update"),
+           "upd": (7.99, "CPU", 1.37, "update\nW -= lr * grad", "update")}
+    for row in ("GPU 0", "GPU 1"):
+        k = row[-1]
+        out |= {f"w{k}": (1.35, row, 1.15, "copy of\nW1, W2", "param"),
+                f"h{k}": (2.98, row, 1.6, f"H = relu(X{k} W1)\nbatch X{k}", "fwd"),
+                f"o{k}": (4.56, row, 1.05, "O = H W2\nloss(O, y)", "fwd"),
+                f"g2{k}": (5.79, row, 0.92, "grad W2", "bwd"),
+                f"g1{k}": (6.96, row, 0.92, "grad W1", "bwd")}
     return out
 
 
@@ -42,49 +42,42 @@ EDGES = [  # (from, to, kind): compute stays on one device, copies cross the bus
 
 
 def draw(ax: plt.Axes) -> None:
-    """Draw the graph's lanes, nodes and edges on ax."""
-    pos = {}
-    for key, (x, row, label, style) in nodes().items():
-        y = ROWS[row]
-        pos[key] = (x, y)
-        ax.add_patch(FancyBboxPatch((x - HALF, y - 0.22), 2 * HALF, 0.44,
-                                    boxstyle="round,pad=0.02", fc=STYLE[style], ec="black",
-                                    lw=0.8, zorder=2))
-        ax.text(x, y, label, ha="center", va="center", fontsize=8, zorder=3)
+    """Draw the graph's lanes, nodes and edges on ax (in inches)."""
+    boxes = {}
+    for key, (x, row, w, label, style) in nodes().items():
+        boxes[key] = node(ax, x, ROWS[row], w, NODE_H, label, fc=STYLE[style], ec="black",
+                          lw=0.8, linespacing=1.1)
     for a, b, kind in EDGES:
-        (x0, y0), (x1, y1) = pos[a], pos[b]
-        dx_, dy_ = x1 - x0, y1 - y0
-        # leave the boxes: start and stop at their edges
-        if abs(dy_) < 1e-9:
-            start, end = (x0 + HALF, y0), (x1 - HALF, y1)
+        if kind == "copy":
+            link(ax, boxes[a], boxes[b], color=COPY, lw=1.5, linestyle=(0, (4, 2)))
         else:
-            start, end = (x0 + 0.1 * dx_, y0 + 0.22 * (1 if dy_ > 0 else -1)), \
-                (x1 - 0.1 * dx_, y1 - 0.22 * (1 if dy_ > 0 else -1))
-        ax.annotate("", xy=end, xytext=start, zorder=1,
-                    arrowprops=dict(arrowstyle="->", lw=1.1,
-                                    color="C3" if kind == "copy" else "black",
-                                    linestyle="--" if kind == "copy" else "-"))
+            link(ax, boxes[a], boxes[b], color="black", lw=1.2)
     for name, y in ROWS.items():
-        label = {"gpu0": "GPU 0", "cpu": "CPU", "gpu1": "GPU 1"}[name]
-        ax.axhspan(y - 0.45, y + 0.45, color="0.96" if name == "cpu" else "white", zorder=0)
-        ax.text(-1.1, y, label, ha="right", va="center", fontsize=10, weight="bold")
-    ax.text(4.0, 2.62, "forward", ha="center", fontsize=8, color="#3182bd")
-    ax.text(7.2, 2.62, "backward", ha="center", fontsize=8, color="#e6550d")
-    ax.plot([], [], "--", color="C3", label="copy over PCIe / NVLink")
-    ax.plot([], [], "-", color="black", label="dependency on one device")
-    ax.legend(loc="lower right", fontsize=8, bbox_to_anchor=(1.0, -0.12), ncol=2, frameon=False)
-    ax.set_xlim(-1.9, 11.1)
-    ax.set_ylim(-0.6, 2.8)
-    ax.axis("off")
+        ax.axhspan(y - 0.45, y + 0.45, color="0.94" if name == "CPU" else "white", zorder=0)
+        ax.text(0.65, y, name, ha="right", va="center", weight="bold")
+    top = ROWS["GPU 0"] + NODE_H / 2 + 0.08
+    ax.text(3.77, top, "forward", ha="center", va="bottom", color="#3182bd", weight="bold")
+    ax.text(6.375, top, "backward", ha="center", va="bottom", color="#e6550d", weight="bold")
+    for x, style, color, label in ((0.3, (0, (4, 2)), COPY, "copy between devices "
+                                    "(PCIe / NVLink)"),
+                                   (5.0, "-", "black", "dependency on one device")):
+        ax.plot([x, x + 0.45], [0.17, 0.17], linestyle=style, color=color, lw=1.5)
+        ax.text(x + 0.55, 0.17, label, va="center")
+
+
+@slide_style
+def figure() -> plt.Figure:
+    """The graph, with its title."""
+    fig, ax = canvas(8.9, 4.05)
+    draw(ax)
+    ax.text(4.45, 4.0, "Two-layer MLP, data parallel on two GPUs, parameters on the CPU",
+            ha="center", va="top", fontsize=13)
+    return fig
 
 
 def main(out_dir: str = "images") -> pathlib.Path:
     """Write computational_graph.png into out_dir and return its path."""
-    fig, ax = plt.subplots(figsize=(10, 3.6))
-    draw(ax)
-    ax.set_title("Two-layer MLP, data parallel on two GPUs, parameters kept on the CPU",
-                 fontsize=10)
-    return save(fig, __file__, out_dir, dpi=120, bbox_inches="tight")
+    return save(figure(), __file__, out_dir)
 
 
 if __name__ == "__main__":

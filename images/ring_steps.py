@@ -5,6 +5,9 @@ to node i + 1, which adds it to its own copy. All-gather: node i sends its finis
 (i + 1 - s) mod 4 on, and the receiver copies it. The figure is computed by running exactly this
 schedule on the sets of nodes whose data each chunk holds.
 
+Each chunk is labelled with the letters of the nodes whose gradients it holds; the chunk numbers
+head the columns (the labels fit 12 pt text that way).
+
 Usage: python images/ring_steps.py images
 """
 import pathlib
@@ -14,11 +17,13 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
-from _figure import out_dir_arg, save  # images/_figure.py, beside this script
+from _figure import canvas, out_dir_arg, save, slide_style  # images/_figure.py, beside this
 
 N = 4
 NAMES = "abcd"  # node i's own gradient is called NAMES[i]
 COLORS = ["#f7fbff", "#c6dbef", "#6baed6", "#2171b5", "#08306b"]  # by number of summands
+CHUNK_W, CHUNK_H, NODE_GAP, LEFT = 0.5, 0.36, 0.12, 1.0  # inches
+PITCH, GROUP_GAP = 0.46, 0.16  # from one row to the next, and extra between phases
 
 
 def _offset(k: int) -> str:
@@ -50,38 +55,61 @@ def schedule(n: int = N):
                f"i+1, which copies it", _copy(held), {(dst, c) for _, dst, c in sends})
 
 
-def main(out_dir: str) -> pathlib.Path:
+def row_ys(top: float) -> list[float]:
+    """The centre of each row: start, 3 reduce-scatter steps, 3 all-gather steps."""
+    ys, y = [], top
+    for r in range(2 * N - 1):
+        if r in (1, N):  # a phase begins
+            y -= GROUP_GAP
+        ys.append(y)
+        y -= PITCH
+    return ys
+
+
+def draw_row(ax, y, held, changed):
+    for node in range(N):
+        x0 = LEFT + node * (N * CHUNK_W + NODE_GAP)
+        for c in range(N):
+            summands, thick = held[node][c], (node, c) in changed
+            ax.add_patch(Rectangle((x0 + c * CHUNK_W, y - CHUNK_H / 2), CHUNK_W, CHUNK_H,
+                                   fc=COLORS[len(summands)], ec="#d62728" if thick else "k",
+                                   lw=2.4 if thick else 0.6, zorder=3 if thick else 2))
+            ax.text(x0 + (c + 0.5) * CHUNK_W, y, "".join(NAMES[k] for k in sorted(summands)),
+                    ha="center", va="center", zorder=4,
+                    color="white" if len(summands) >= 3 else "black")
+
+
+@slide_style
+def figure() -> plt.Figure:
+    """One row per step, one block of 4 chunks per node."""
     rows = list(schedule())
-    fig, ax = plt.subplots(figsize=(10, 1.05 * len(rows) + 0.8))
-    cell_w, chunk_w, chunk_h, row_h = 2.3, 0.5, 0.55, 1.0
-    for r, (title, held, changed) in enumerate(rows):
-        y = -r * row_h
-        ax.text(-0.1, y + chunk_h + 0.08, title, fontsize=9, ha="left", va="bottom")
-        for node in range(N):
-            x0 = node * cell_w
-            for c in range(N):
-                summands = held[node][c]
-                thick = (node, c) in changed
-                ax.add_patch(Rectangle((x0 + c * chunk_w, y), chunk_w, chunk_h,
-                                       fc=COLORS[len(summands)], ec="#d62728" if thick else "k",
-                                       lw=2.2 if thick else 0.6, zorder=3 if thick else 2))
-                label = "".join(NAMES[k] for k in sorted(summands)) + str(c)
-                ax.text(x0 + (c + 0.5) * chunk_w, y + chunk_h / 2, label, ha="center",
-                        va="center", fontsize=6.5, zorder=4,
-                        color="white" if len(summands) >= 3 else "black")
-            if r == 0:
-                ax.text(x0 + N * chunk_w / 2, y + chunk_h + 0.45, f"node {node}", ha="center",
-                        fontsize=10, weight="bold")
-    ax.text(0, -len(rows) * row_h + 0.25,
-            "label: whose gradients the chunk holds, then the chunk number (abcd2 = chunk 2 "
-            "summed over all 4 nodes); red: just received", fontsize=8.5, ha="left")
-    ax.set_xlim(-0.2, N * cell_w)
-    ax.set_ylim(-len(rows) * row_h + 0.1, chunk_h + 0.8)
-    ax.axis("off")
-    fig.suptitle("Ring allreduce on 4 nodes: 3 steps of reduce-scatter, then 3 of all-gather",
-                 fontsize=11)
-    fig.tight_layout(rect=(0, 0, 1, 0.97))
-    return save(fig, __file__, out_dir, dpi=110)
+    fig, ax = canvas(9.4, 5.0)
+    ys = row_ys(3.8)
+    for node in range(N):
+        x0 = LEFT + node * (N * CHUNK_W + NODE_GAP)
+        ax.text(x0 + N * CHUNK_W / 2, 4.45, f"node {node}", ha="center", va="center",
+                weight="bold")
+        for c in range(N):
+            ax.text(x0 + (c + 0.5) * CHUNK_W, 4.15, str(c), ha="center", va="center",
+                    color="0.4")
+    ax.text(LEFT - 0.1, 4.15, "chunk", ha="right", va="center", color="0.4")
+    labels = ["start"] + [f"step {s + 1}" for s in range(N - 1)] * 2
+    for y, label, (_, held, changed) in zip(ys, labels, rows):
+        ax.text(LEFT - 0.1, y, label, ha="right", va="center")
+        draw_row(ax, y, held, changed)
+    for name, first in (("reduce-scatter", 1), ("all-gather", N)):
+        middle = (ys[first] + ys[first + N - 2]) / 2
+        ax.text(0.12, middle, name, rotation=90, ha="center", va="center", weight="bold")
+    ax.text(LEFT, 0.22, "letters: whose gradients the chunk holds (darker: more of them); "
+            "red: just received", va="center")
+    ax.text(4.7, 4.95, f"Ring allreduce on {N} nodes: {N - 1} steps of reduce-scatter, then "
+            f"{N - 1} of all-gather", ha="center", va="top", fontsize=13)
+    return fig
+
+
+def main(out_dir) -> pathlib.Path:
+    """Write ring_steps.png into out_dir and return its path."""
+    return save(figure(), __file__, out_dir)
 
 
 if __name__ == "__main__":

@@ -13,62 +13,69 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.patches import FancyArrowPatch, Rectangle  # noqa: E402
-from _figure import out_dir_arg, save  # images/_figure.py, beside this script
+from matplotlib.patches import Rectangle  # noqa: E402
+from _figure import canvas, link, out_dir_arg, save, slide_style  # images/_figure.py
 
 M = 4  # workers
 SHARD_COLORS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52"]
+PANEL_W, PITCH, SLICE = 4.7, 1.15, 0.2  # inches
+WORKER_Y, SERVER_Y, BAR_H = 2.75, 0.95, 0.3  # bottom of the workers' and the servers' bars
 
 
-def worker(ax, x, y, k):
-    # A worker's gradient, drawn as 4 slices (one per shard).
-    ax.text(x + 0.5, y + 0.55, f"worker {k}", ha="center", fontsize=8)
-    for j, color in enumerate(SHARD_COLORS):
-        ax.add_patch(Rectangle((x + 0.25 * j, y), 0.25, 0.4, fc=color, ec="k", lw=0.5))
-
-
-def server(ax, x, y, colors, label):
-    width = 0.25 * len(colors)
+def bar(ax, x, y, colors, width=SLICE):
+    """A gradient (or a server's parameters) as slices, one per shard, centred on x."""
+    left = x - width * len(colors) / 2
     for j, color in enumerate(colors):
-        ax.add_patch(Rectangle((x - width / 2 + 0.25 * j, y), 0.25, 0.4, fc=color, ec="k",
-                               lw=0.5))
-    ax.text(x, y - 0.3, label, ha="center", fontsize=8)
+        ax.add_patch(Rectangle((left + width * j, y), width, BAR_H, fc=color, ec="k", lw=0.6))
 
 
-def arrow(ax, start, end, color, width):
-    ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=8, lw=width,
-                                 color=color, alpha=0.8))
+def workers(ax, x0):
+    xs = [x0 + 0.6 + PITCH * k for k in range(M)]
+    for k, x in enumerate(xs):
+        bar(ax, x, WORKER_Y, SHARD_COLORS)
+        ax.text(x, WORKER_Y + BAR_H + 0.06, f"worker {k}", ha="center", va="bottom")
+    return xs
 
 
-def main(out_dir: str) -> pathlib.Path:
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    xs = [0.3 + 1.6 * k for k in range(M)]
-    for ax in (left, right):
-        for k, x in enumerate(xs):
-            worker(ax, x, 3.0, k)
+def below(ax, x0, text):
+    ax.text(x0 + PANEL_W / 2, 0.08, text, ha="center", va="bottom", weight="bold",
+            linespacing=1.15)
+
+
+@slide_style
+def figure() -> plt.Figure:
+    """Left: every worker pushes its whole gradient to one server; right: shards."""
+    fig, ax = canvas(2 * PANEL_W, 4.35)
     # One server: every worker's whole gradient goes down one link.
-    server(left, 2.9, 0.6, SHARD_COLORS, "one server holds all parameters")
-    for x in xs:
-        arrow(left, (x + 0.5, 2.95), (2.9, 1.05), "#555555", 2.0)
-    left.text(2.9, -0.35, f"its link carries {M} gradients: time O(m)", ha="center",
-              fontsize=9, weight="bold")
-    left.set_title("one parameter server", fontsize=10)
+    centre = PANEL_W / 2
+    for k, x in enumerate(workers(ax, 0)):  # arrowheads side by side on the server's bar
+        end = (centre + (k - (M - 1) / 2) * SLICE, SERVER_Y + BAR_H + 0.03)
+        link(ax, (x, WORKER_Y - 0.03), end, color="#555555", lw=2.2)
+    bar(ax, centre, SERVER_Y, SHARD_COLORS)
+    ax.text(centre, SERVER_Y - 0.06, "one server holds all parameters", ha="center", va="top")
+    below(ax, 0, f"its link carries {M} gradients:\ntime O(m)")
     # Sharded: slice j of every worker's gradient goes to server j.
-    for j, color in enumerate(SHARD_COLORS):
-        server(right, xs[j] + 0.5, 0.6, [color], f"server {j}: shard {j}")
-        for x in xs:
-            arrow(right, (x + 0.25 * j + 0.125, 2.95), (xs[j] + 0.5, 1.05), color, 1.0)
-    right.text(2.9, -0.35, f"each link carries {M} quarters = 1 gradient: time O(m/n)",
-               ha="center", fontsize=9, weight="bold")
-    right.set_title(f"{M} servers, each owns 1/{M} of the parameters", fontsize=10)
-    for ax in (left, right):
-        ax.set_xlim(0, 6.3)
-        ax.set_ylim(-0.6, 3.8)
-        ax.axis("off")
-    fig.suptitle("push: gradients go down the arrows and are summed by the owner; "
-                 "pull: the weights come back up", fontsize=10)
-    fig.tight_layout(rect=(0, 0, 1, 0.94))
-    return save(fig, __file__, out_dir, dpi=110)
+    xs = workers(ax, PANEL_W)
+    for j, (color, xj) in enumerate(zip(SHARD_COLORS, xs)):
+        bar(ax, xj, SERVER_Y, [color], width=0.3)
+        ax.text(xj, SERVER_Y - 0.06, f"server {j}", ha="center", va="top")
+        for k, x in enumerate(xs):
+            start = (x - 2 * SLICE + SLICE * (j + 0.5), WORKER_Y - 0.03)
+            end = (xj + (k - (M - 1) / 2) * 0.075, SERVER_Y + BAR_H + 0.03)
+            link(ax, start, end, color=color, lw=1.2, alpha=0.85)
+    below(ax, PANEL_W, f"each link carries {M} quarters\n= 1 gradient: time O(m/n)")
+    ax.plot([PANEL_W, PANEL_W], [0.1, 3.85], color="0.75", lw=1)
+    for x0, title in ((0, "one parameter server"),
+                      (PANEL_W, f"{M} servers, each owns 1/{M} of the parameters")):
+        ax.text(x0 + PANEL_W / 2, 3.78, title, ha="center", va="top", fontsize=13)
+    ax.text(PANEL_W, 4.3, "push: gradients go down the arrows, the owner sums them; "
+            "pull: the weights come back up", ha="center", va="top")
+    return fig
+
+
+def main(out_dir) -> pathlib.Path:
+    """Write sharded_servers.png into out_dir and return its path."""
+    return save(figure(), __file__, out_dir)
 
 
 if __name__ == "__main__":
