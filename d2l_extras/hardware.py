@@ -125,9 +125,25 @@ def devices(n: int) -> list[torch.device]:
     chosen = [real[i % len(real)] for i in range(n)]
     if n > len(real):
         kinds = ", ".join(sorted({str(d) for d in real}))
-        print(f"devices({n}): {len(real)} real, {n - len(real)} simulated as replicas on {kinds} "
-              "(same arithmetic; no parallel speed-up, since they share the hardware).")
+        _simulation_notice(f"devices({n}): {len(real)} real, {n - len(real)} simulated as "
+                           f"replicas on {kinds} (same arithmetic; no parallel speed-up, since "
+                           "they share the hardware).")
     return chosen
+
+
+_last_simulation_notice: str | None = None
+
+
+def _simulation_notice(line: str) -> None:
+    """Print devices()'s notice in one line, unless it is the one printed last.
+
+    A notebook asks for the same devices in many cells: it is told once, and again only when
+    what is simulated changes (another n, or other real devices).
+    """
+    global _last_simulation_notice
+    if line != _last_simulation_notice:
+        _last_simulation_notice = line
+        print(f"notice: {line}")
 
 
 def _gib(n_bytes: float) -> str:

@@ -49,7 +49,10 @@ def defining_cells(name: str, names: list[str]) -> list[str]:
     for cell in cells:
         if cell["cell_type"] != "code":
             continue
-        source = "".join(cell["source"])
+        # IPython magics (%matplotlib inline) are not Python: leave them out.
+        lines = cell["source"]
+        lines = lines.splitlines(keepends=True) if isinstance(lines, str) else lines
+        source = "".join(line for line in lines if not line.lstrip().startswith("%"))
         tree = ast.parse(source)
         defined = _defined(tree) & wanted
         if defined or _only_imports(tree):

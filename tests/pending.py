@@ -7,7 +7,6 @@ PENDING: set[str] = {
     "01-compilers-and-interpreters",
     "03-automatic-parallelism",
     "04-hardware",
-    "05-multiple-gpus-from-scratch",
     "06-multiple-gpus-concise",
     "07-parameter-servers",
 }

@@ -17,7 +17,7 @@ def write(tmp_path, name, sources):
 def notebooks(tmp_path, monkeypatch):
     monkeypatch.setattr(nbcells, "NOTEBOOKS", tmp_path)
     write(tmp_path, "99-demo", [
-        "import math",
+        "%matplotlib inline\nimport math",
         "raise RuntimeError('a measurement: must not run')",
         "def area(r):\n    return math.pi * r * r",
         "SIDE = 3\nclass Box:\n    pass",
