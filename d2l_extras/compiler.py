@@ -57,8 +57,10 @@ def maybe_compile(fn: F, **options) -> F:
     works, reason = compile_support()
     if works:
         return torch.compile(fn, **options)
-    print(f"torch.compile is not usable here ({reason}); running eagerly instead. "
-          "On Windows install the MSVC build tools, on macOS the Xcode command line tools.")
+    from .report import notice  # once per process, however many models fall back
+
+    notice(f"torch.compile is not usable here ({reason[:120]}); running eagerly instead. "
+           "On Windows install the MSVC build tools, on macOS the Xcode command line tools.")
     return fn
 
 

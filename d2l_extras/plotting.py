@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Mapping, Sequence
 
 import matplotlib.pyplot as plt
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
 from .timing import Measurement, format_seconds
 
@@ -58,6 +58,7 @@ def bar_chart(values: Mapping[str, float] | Sequence[Measurement], ylabel: str =
         log_axis(ax, plain=False)  # room for the labels above the bars
     else:
         ax.set_ylim(0, max(heights) * 1.18)  # room for the labels above the bars
+        ax.yaxis.set_major_locator(MaxNLocator(6))  # few ticks, readable at 12 pt
     if seconds:  # "25 us" reads better than 2.5 with a 1e-5 offset above the axis
         seconds_axis(ax, "y")
     if title:

@@ -20,11 +20,16 @@ def test_maybe_compile_is_the_same_function():
 
 
 def test_maybe_compile_falls_back_with_a_notice(monkeypatch, capsys):
+    from d2l_extras import report
+    monkeypatch.setattr(report, "_NOTICED", set())
     monkeypatch.setattr(compiler, "compile_support", lambda: (False, "no C++ compiler"))
     def f(x):
         return x + 1
     assert dx.maybe_compile(f) is f
-    assert "no C++ compiler" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert out.startswith("notice: ") and "no C++ compiler" in out and out.count("\n") == 1
+    assert dx.maybe_compile(f) is f  # a second model falls back silently: said once
+    assert capsys.readouterr().out == ""
 
 
 # --- the false CUDA alarm is dropped, nothing else
