@@ -12,8 +12,10 @@ from __future__ import annotations
 from typing import Sequence
 
 import matplotlib.pyplot as plt
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator
 
 from .hardware import positive_number, whole_number
+from .plotting import MIN_POINTS
 
 STRATEGIES = ("one_gpu", "cpu", "sharded", "ring")
 # Human-readable names for plots and tables.
@@ -78,17 +80,23 @@ def plot_sync_costs(size: float = 160e6, bandwidth: float = 16e9, max_devices: i
                     sizes: Sequence[float] = (10e6, 40e6, 160e6, 640e6),
                     n: int = 4) -> plt.Figure:
     """Plot sync time against the number of devices (at `size`) and the size (at n devices)."""
-    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.2))
+    fig, (left, right) = plt.subplots(1, 2, layout="constrained")
     counts = range(2, whole_number(max_devices, "max_devices") + 1)
     for strategy in STRATEGIES[:3]:
         left.plot(list(counts), [sync_time(strategy, size, k, bandwidth) * 1e3 for k in counts],
                   "o-", label=LABELS[strategy])
         right.plot([s / 1e6 for s in sizes], [sync_time(strategy, s, n, bandwidth) * 1e3
                                               for s in sizes], "o-", label=LABELS[strategy])
-    left.set(xlabel="number of GPUs", ylabel="ms",
-             title=f"{size / 1e6:.0f} MB at {bandwidth / 1e9:.0f} GB/s per link")
-    right.set(xlabel="gradient size (MB)", ylabel="ms", xscale="log", yscale="log",
-              title=f"{n} GPUs at {bandwidth / 1e9:.0f} GB/s per link")
-    left.legend(fontsize=8)
-    fig.tight_layout()
+    left.set(xlabel="number of GPUs", ylabel="ms", ylim=(0, None),
+             title=f"{size / 1e6:.0f} MB, {bandwidth / 1e9:.0f} GB/s links")
+    right.set(xlabel="gradient size (MB, log scale)", ylabel="ms (log scale)", xscale="log",
+              yscale="log", title=f"{n} GPUs, {bandwidth / 1e9:.0f} GB/s links")
+    right.set_xticks([s / 1e6 for s in sizes], [f"{s / 1e6:g}" for s in sizes])
+    right.minorticks_off()
+    right.yaxis.set_major_locator(LogLocator(base=10))  # 1, 10, 100: few ticks, plainly
+    right.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    left.xaxis.set_major_locator(MaxNLocator(nbins=7, integer=True))
+    # Below both panels, in the smallest size a slide may show: never over a curve.
+    fig.legend(*left.get_legend_handles_labels(), loc="outside lower center", ncols=2,
+               fontsize=MIN_POINTS, frameon=False)
     return fig

@@ -46,7 +46,19 @@ STOP_GRACE_S = 5.0
 
 
 class WorkerError(RuntimeError):
-    """A distributed run failed or timed out; the message holds the workers' last output."""
+    """A distributed run failed or timed out; the message holds the workers' last output.
+
+    Also, as attributes: `returncode`, torchrun's own exit code (None after a timeout; torchrun
+    exits with 1 whatever code a worker died with), `exit_codes`, each failed rank's exit code
+    as torchrun reported it ({rank: code}), and `output`, every line the run printed.
+    """
+
+    def __init__(self, message: str, returncode: int | None = None,
+                 exit_codes: dict[int, int] | None = None, output: Sequence[str] = ()):
+        super().__init__(message)
+        self.returncode = returncode
+        self.exit_codes = dict(exit_codes or {})
+        self.output = list(output)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -277,11 +289,12 @@ def launch(module: str, nproc: int, args: Sequence[str] = (), timeout: float = 3
         if timed_out:
             tail = "\n".join(lines[-20:])
             raise WorkerError(f"{module} did not finish within {timeout:.0f} s and was "
-                              f"stopped. Last output:\n{tail}")
+                              f"stopped. Last output:\n{tail}", output=lines)
         if proc.returncode != 0:
             raise WorkerError(f"{module} failed{_failed_rank(lines)} (exit code "
                               f"{proc.returncode}). {_first_error(lines)}\nLast output:\n"
-                              + "\n".join(lines[-25:]))
+                              + "\n".join(lines[-25:]), returncode=proc.returncode,
+                              exit_codes=worker_exit_codes(lines), output=lines)
         result = None
         if os.path.exists(result_file):
             with open(result_file, encoding="utf-8") as f:
@@ -307,6 +320,23 @@ def _failed_rank(lines: list[str]) -> str:
                 if match:
                     return f" on rank {match.group(1)}"
     return ""
+
+
+_REPORTED = re.compile(r"\s*rank\s*:\s*(\d+)\s*\(local_rank:.*?\)\s*exitcode\s*:\s*(-?\d+)")
+
+
+def worker_exit_codes(lines: Sequence[str]) -> dict[int, int]:
+    """{rank: exit code} of the failed workers in torchrun's failure report, first seen first.
+
+    torchrun prints, for every failed worker, a "rank : R (local_rank: L)" line followed by an
+    "exitcode : C (pid: P)" line; a negative C is the signal that ended the worker.
+    """
+    codes: dict[int, int] = {}
+    for i in range(len(lines) - 1):
+        match = _REPORTED.match(f"{lines[i]} {lines[i + 1]}")
+        if match:
+            codes.setdefault(int(match.group(1)), int(match.group(2)))
+    return codes
 
 
 _ERROR_LINE = re.compile(r"^(?:\[rank\d+\]:\s*)?([A-Za-z_][\w.]*(?:Error|Exception)): (.*)$")

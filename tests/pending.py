@@ -6,7 +6,6 @@ Their checks in tests/test_notebook_cells.py and tests/test_decks.py are expecte
 PENDING: set[str] = {
     "03-automatic-parallelism",
     "06-multiple-gpus-concise",
-    "07-parameter-servers",
 }
 
 

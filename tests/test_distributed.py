@@ -152,9 +152,43 @@ def test_launch_returns_output_and_result(worker_dir):
 
 def test_failing_worker_fails_fast_with_its_message(worker_dir):
     start = time.perf_counter()
-    with pytest.raises(dx.WorkerError, match="failed on rank 1 .*ValueError: rank 1 cannot go"):
+    with pytest.raises(dx.WorkerError, match="failed on rank 1 .*ValueError: rank 1 cannot go") \
+            as failure:
         dx.launch("bad_worker", 2, timeout=120, echo=False)
     assert time.perf_counter() - start < 60
+    # The same, as data: torchrun's exit code, each failed rank's own, every line printed.
+    assert failure.value.returncode != 0 and failure.value.exit_codes.get(1) == 1
+    assert any("cannot go" in line for line in failure.value.output)
+
+
+TORCHRUN_REPORT = """\
+[rank0]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:561] Connection closed
+============================================================
+d2l_extras.kvstore FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2025-01-01_00:00:01
+  host      : localhost
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: 4321)
+  error_file: <N/A>
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2025-01-01_00:00:00
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : 86 (pid: 1234)
+  error_file: <N/A>
+============================================================"""
+
+
+def test_worker_exit_codes_read_torchruns_report():
+    from d2l_extras.distributed import worker_exit_codes
+    assert worker_exit_codes(TORCHRUN_REPORT.splitlines()) == {0: -15, 1: 86}
+    assert worker_exit_codes(["rank : 1 (local_rank: 1)"]) == {}
+    assert worker_exit_codes([]) == {}
 
 
 def test_hanging_run_is_stopped_at_the_timeout(worker_dir, pid_dir):

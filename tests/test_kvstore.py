@@ -307,6 +307,8 @@ def test_2_processes_push_pull_then_kill_and_restart_loses_nothing(tmp_path):
     # torchrun's report names the rank that died and its exit code
     assert re.search(rf"rank\s*:\s*1 \(local_rank: 1\)\s*exitcode\s*:\s*{kv.CRASH_EXIT_CODE}\b",
                      str(crash.value))
+    assert crash.value.exit_codes.get(1) == kv.CRASH_EXIT_CODE  # the same, as data
+    assert crash.value.returncode != 0
     assert (tmp_path / kv.KILLED_MARK).read_text() == "rank 1 killed at step 13"
     with open(tmp_path / "check.json", encoding="utf-8") as f:
         _check_result_is_good(json.load(f), 2)
