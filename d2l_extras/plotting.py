@@ -114,8 +114,7 @@ def plot_timeline(events: Sequence, ax: plt.Axes | None = None, title: str | Non
     span = max(ev.start + ev.duration for ev in events) - min(ev.start for ev in events)
     scale, unit = (1e3, "ms") if span < 1 else (1.0, "s")
     colors: dict[str, str] = dict(TIMELINE_COLORS) if color_by == "kind" else {}
-    # A bar gets its name only where the name fits inside it: labels never run into each other.
-    px_per_second = ax.bbox.width / span if span > 0 else 0.0
+    named = []  # (x, w, row, label, duration): placed once the layout is final
     for ev in events:
         if ev.lane not in lanes:
             continue
@@ -126,10 +125,7 @@ def plot_timeline(events: Sequence, ax: plt.Axes | None = None, title: str | Non
         x, w = ev.start * scale, max(ev.duration * scale, span * scale * 2e-3)
         ax.broken_barh([(x, w)], (row - 0.35, 0.7), facecolors=color, edgecolors="white",
                        linewidth=0.3, label=key)
-        label = _short_label(ev.name)
-        if labels and ev.duration * px_per_second > _text_pixels(label, ax.figure.dpi):
-            ax.text(x + w / 2, row, label, ha="center", va="center",
-                    fontsize=MIN_POINTS, clip_on=True)
+        named.append((x, w, row, _short_label(ev.name), ev.duration))
     ax.set_yticks(range(len(lanes)), lanes[::-1])
     ax.set_xlabel(f"time ({unit})")
     handles, names = ax.get_legend_handles_labels()
@@ -139,6 +135,16 @@ def plot_timeline(events: Sequence, ax: plt.Axes | None = None, title: str | Non
                   fontsize=MIN_POINTS, frameon=False)  # beside the lanes, never over a bar
     if title:
         ax.set_title(title)
+    if labels and span > 0:
+        # A bar gets its name only where the name fits inside it, measured on the axes as the
+        # layout leaves them (lane names and legend take their room first): no label runs into
+        # the next bar.
+        ax.figure.canvas.draw()
+        px_per_second = ax.bbox.width / span
+        for x, w, row, label, duration in named:
+            if duration * px_per_second > _text_pixels(label, ax.figure.dpi):
+                ax.text(x + w / 2, row, label, ha="center", va="center",
+                        fontsize=MIN_POINTS, clip_on=True)
     return ax
 
 
