@@ -65,6 +65,14 @@ SIZES: dict[str, Experiment] = {
     "overlap": Experiment(
         what="side of the matrices computed and copied to the host", cpu=(256, 1024, 2048),
         gpu=(2048, 4096, 8192), count=22, square=True, minimum=64, lesson_bytes=50 * MB),
+    # 03: on a CPU, one single-threaded worker copies a float32 tensor (source and destination
+    # alive: 8 bytes per element) while another multiplies. 2**26 floats are 268 MB: far beyond
+    # any CPU cache, so the copy runs at memory speed. Used on the CPU only; the GPU entry
+    # mirrors it (a GPU's copy experiment is "overlap").
+    "cpu_copy": Experiment(
+        what="float32 elements copied by the CPU's copy worker",
+        cpu=(2 ** 24, 2 ** 26, 2 ** 26), gpu=(2 ** 24, 2 ** 26, 2 ** 26), bytes_per_item=8,
+        minimum=2 ** 16),
     # 04: the roofline's matrix-matrix point needs k large enough to reach the compute roof.
     "roofline_matmul": Experiment(
         what="side of the roofline's matrix-matrix product", cpu=(256, 1024, 2048),

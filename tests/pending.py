@@ -4,7 +4,6 @@ Their checks in tests/test_notebook_cells.py and tests/test_decks.py are expecte
 (strict: once a notebook passes, the test fails until it leaves this list). Empty this list.
 """
 PENDING: set[str] = {
-    "03-automatic-parallelism",
     "06-multiple-gpus-concise",
 }
 
