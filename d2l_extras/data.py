@@ -23,6 +23,7 @@ from torch.utils.data import DataLoader, Subset, TensorDataset
 
 from .hardware import whole_number
 from .profiles import by_profile
+from .report import notice as _notice
 
 DATA_ENV = "D2L_DATA_DIR"
 SOURCES = ("auto", "fashion-mnist", "digits")
@@ -93,15 +94,15 @@ def _read_fashion(root: pathlib.Path) -> dict[str, tuple[np.ndarray, np.ndarray]
 
 
 def _reachable(host: str, timeout: float) -> str | None:
-    """Return None when host:80 answers within timeout, else the reason it did not."""
+    """Return None when host:80 answers within timeout, else the reason it did not, in words."""
     outcome: list[str | None] = ["no answer within %.0f s" % timeout]
 
     def probe() -> None:
         try:  # name resolution ignores socket timeouts, hence the thread
             with socket.create_connection((host, 80), timeout=timeout):
                 outcome[0] = None
-        except OSError as err:
-            outcome[0] = f"{type(err).__name__}: {err}"
+        except OSError:  # the name does not resolve, the route or the port is closed
+            outcome[0] = "no network"
 
     thread = threading.Thread(target=probe, daemon=True)
     thread.start()
@@ -128,8 +129,8 @@ def _download_fashion(root: pathlib.Path, timeout: float) -> str | None:
         for train in (True, False):
             torchvision.datasets.FashionMNIST(str(root), train=train, download=True)
         return None
-    except Exception as err:  # any failure means: use the fallback, and say why
-        return f"download failed ({type(err).__name__}: {err})"
+    except Exception:  # any failure means: use the fallback, and say so in a few words
+        return "the download failed"
     finally:
         socket.setdefaulttimeout(previous)
 
@@ -171,7 +172,8 @@ class ImageData:
     name: str
     train: TensorDataset
     test: TensorDataset
-    notice: str
+    notice: str       # the one-line description load_images prints
+    fallback: str = ""  # why Fashion-MNIST was not used, when it was asked for ("" otherwise)
 
     def loaders(self, batch_size: int, shuffle: bool = True, seed: int = 0
                 ) -> tuple[DataLoader, DataLoader]:
@@ -211,21 +213,26 @@ def load_images(n_train: int | None = None, n_test: int | None = None, source: s
             raise FileNotFoundError(
                 f"Fashion-MNIST is not in {_fashion_folder(root)} ({why}). Download it there "
                 f"(or set {DATA_ENV}), or use source='auto' to fall back to the digits.")
+    fallback = ""
     if arrays is not None:
         name = "fashion-mnist"
         head = f"Data: Fashion-MNIST from {_fashion_folder(root)}"
     else:
         arrays, name = _read_digits(), "digits"
-        head = ("Data: scikit-learn's handwritten digits (8x8, resized to 28x28)" +
-                (f", since Fashion-MNIST is not cached in {root} and could not be "
-                 f"downloaded ({why})" if why else ""))
+        head = "Data: scikit-learn's handwritten digits (8x8, resized to 28x28)"
+        if why:  # a fixed sentence, so that dx.notice says it once per process
+            fallback = (f"Fashion-MNIST could not be downloaded ({why}): using scikit-learn's "
+                        f"digits" if download else
+                        f"Fashion-MNIST is not cached ({why}): using scikit-learn's digits")
     (X_train, y_train), (X_test, y_test) = arrays["train"], arrays["test"]
     train = _subset(X_train, y_train, min(n_train, len(X_train)))
     test = _subset(X_test, y_test, min(n_test, len(X_test)))
     notice = f"{head}; {len(train)} training and {len(test)} test images."
     if verbose:
+        if fallback:
+            _notice(fallback)  # "notice: ...", the first time in this process only
         print(notice)
-    return ImageData(name, train, test, notice)
+    return ImageData(name, train, test, notice, fallback)
 
 
 def load_data(batch_size: int, n_train: int | None = None, n_test: int | None = None,

@@ -39,6 +39,7 @@ from .models import init_weights, resnet18
 from .parallel import even_batch_size
 from .profiles import by_profile
 from .profiling import TimelineEvent, profile_trace, trace_events
+from .report import notice
 from .timing import Benchmark
 
 
@@ -322,8 +323,10 @@ def train(args: argparse.Namespace) -> dict:
     no_sync = no_sync_check(device) if args.check_no_sync else None
     # Rank 0 looks for (and may download) the data first; the others then read the same set.
     choice = [None]
-    if rank == 0:
-        data = load_images(args.n_train, args.n_test, args.data)
+    if rank == 0:  # says in one line (notice) when it falls back to the digits
+        data = load_images(args.n_train, args.n_test, args.data, verbose=False)
+        if data.fallback:
+            notice(data.fallback)
         choice = [data.name]
     dist.broadcast_object_list(choice, src=0)
     if rank != 0:
@@ -339,17 +342,19 @@ def train(args: argparse.Namespace) -> dict:
     # gradients are packed into buckets of bucket_cap_mb, and each bucket is allreduced as
     # soon as backward has filled it. broadcast_buffers=True (the default) sends rank 0's
     # buffers (BatchNorm's running statistics) to all processes at every forward pass.
-    model = DistributedDataParallel(net.to(device),
-                                    device_ids=[device] if device.type == "cuda" else None,
+    ids = [device] if device.type == "cuda" else None  # the GPU this process owns
+    model = DistributedDataParallel(net.to(device), device_ids=ids,
                                     bucket_cap_mb=args.bucket_mb)
     loader, sampler, test_loader = shard_loaders(data.train, data.test, args.batch_size,
                                                  world, rank, args.seed, device.type == "cuda")
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
-    if rank == 0:
-        print(f"{world} process(es), backend {dist.get_backend()}, device {device.type}, "
-              f"{torch.get_num_threads()} CPU thread(s) each, ResNet-18 (width {args.width}), "
-              f"batch {args.batch_size} "
-              f"({args.batch_size // world} per process), sync BN: {args.sync_bn}", flush=True)
+    if rank == 0:  # one short line: what runs where, on what
+        threads = torch.get_num_threads()
+        print(f"{world} process{'es' if world > 1 else ''} ({dist.get_backend()} on "
+              f"{device.type}, {threads} thread{'s' if threads > 1 else ''} each): "
+              f"ResNet-18 width {args.width}, batch {args.batch_size} = {world} x "
+              f"{args.batch_size // world}, {len(data.train)} {data.name} images"
+              + (", sync BN" if args.sync_bn else ""), flush=True)
     history: dict[str, list[float]] = {"epoch_seconds": [], "epoch_samples_per_s": [],
                                        "epoch_samples": [], "train_loss": [], "test_acc": []}
     steps, start = 0, time.perf_counter()

@@ -8,6 +8,7 @@ import torch
 
 import d2l_extras as dx
 from d2l_extras import data as dxdata
+from d2l_extras import report as dxreport
 
 
 def write_idx(path, array, compress=False):
@@ -74,14 +75,39 @@ def test_source_fashion_mnist_without_files_says_where(tmp_path):
         dx.load_images(source="fashion-mnist", root=tmp_path, download=False)
 
 
-def test_fallback_to_digits(tmp_path, capsys):
+def test_fallback_to_digits(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(dxreport, "_NOTICED", set())
     data = dx.load_images(100, 50, root=tmp_path, download=False)
     assert data.name == "digits"
-    out = capsys.readouterr().out
-    assert out.count("\n") == 1 and "digits" in out and "100 training and 50 test" in out
+    notice, line = capsys.readouterr().out.splitlines()
+    assert notice == ("notice: Fashion-MNIST is not cached (downloads are switched off): "
+                      "using scikit-learn's digits") == "notice: " + data.fallback
+    assert "digits" in line and "100 training and 50 test" in line
+    dx.load_images(100, 50, root=tmp_path, download=False)  # the notice is given once
+    assert capsys.readouterr().out.splitlines() == [line]
     X, y = data.train.tensors
     assert X.shape == (100, 1, 28, 28) and set(y.tolist()) <= set(range(10))
     assert len(set(y.tolist())) == 10  # the subset mixes all classes
+
+
+def test_offline_fallback_says_so_once_in_one_line(tmp_path, capsys, monkeypatch):
+    # No network: one notice in plain words (no exception text), however often data is loaded.
+    monkeypatch.setattr(dxreport, "_NOTICED", set())
+    monkeypatch.setattr(dxdata, "_OFFLINE", [])
+    monkeypatch.setattr(dxdata, "_reachable", lambda host, timeout: "no network")
+    for _ in range(3):
+        data = dx.load_images(64, 32, root=tmp_path)
+    out = capsys.readouterr().out.splitlines()
+    notices = [line for line in out if line.startswith("notice:")]
+    assert notices == ["notice: Fashion-MNIST could not be downloaded (no network): "
+                       "using scikit-learn's digits"]
+    assert len(out) == 4 and data.fallback and data.name == "digits"
+    assert dx.load_images(64, 32, source="digits", verbose=False).fallback == ""
+
+
+def test_the_probe_answers_in_words():
+    reason = dxdata._reachable("nonexistent.invalid", timeout=2)
+    assert reason in ("no network", "no answer within 2 s")
 
 
 def test_sizes_are_capped_and_checked(tmp_path):

@@ -17,7 +17,6 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 from tools import deckcheck, nbsite, report  # noqa: E402
 from tools.browser import find_chromium  # noqa: E402
-from pending import params  # noqa: E402
 
 pytest.importorskip("websocket", reason="websocket-client is not installed (requirements.txt)")
 pytestmark = pytest.mark.skipif(
@@ -44,7 +43,7 @@ def test_every_notebook_has_a_deck(decks):
     assert sorted(decks) == [p.stem for p in NOTEBOOKS]
 
 
-@pytest.mark.parametrize("path", params(NOTEBOOKS))
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_every_slide_fits_at_1280x720(decks, path):
     problems = deckcheck.check([decks[path.stem]], width=1280, height=720)
     assert not problems, f"{len(problems)} slides do not fit:\n" + "\n".join(problems)

@@ -17,7 +17,6 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 from tools.nbmeta import SLIDE_LINES, cell_lines, hidden  # noqa: E402
-from pending import params  # noqa: E402
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 MAX_LINES, MAX_WIDTH = 25, 80
@@ -43,21 +42,21 @@ def too_big(cell):
     return "; ".join(problems)
 
 
-@pytest.mark.parametrize("path", params(NOTEBOOKS))
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_code_cells_fit_a_slide(path):
     bad = [f"cell {i}: {too_big(c)}" for i, c in cells(path)
            if c["cell_type"] == "code" and too_big(c)]
     assert not bad, f"{path.name}: " + "; ".join(bad)
 
 
-@pytest.mark.parametrize("path", params(NOTEBOOKS))
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_markdown_cells_fit_a_slide(path):
     bad = [f"cell {i} ({cell_lines(c)} lines)" for i, c in cells(path)
            if c["cell_type"] == "markdown" and cell_lines(c) > SLIDE_LINES]
     assert not bad, f"{path.name}: split these Markdown cells: {bad}"
 
 
-@pytest.mark.parametrize("path", params(NOTEBOOKS))
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_bookkeeping_stays_out_of_teaching_cells(path):
     bad = [i for i, c in cells(path) if c["cell_type"] == "code" and not hidden(c)
            and BOOKKEEPING.search(source(c))]
@@ -67,7 +66,7 @@ def test_bookkeeping_stays_out_of_teaching_cells(path):
     assert not dumps, f"{path.name}: cells {dumps} print source code; show it in a cell instead"
 
 
-@pytest.mark.parametrize("path", params(NOTEBOOKS))
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_sources_listed_at_the_end(path):
     markdown = [source(c) for _, c in cells(path) if c["cell_type"] == "markdown"]
     tail = "\n".join(markdown[-3:])
