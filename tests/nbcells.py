@@ -66,7 +66,9 @@ def defining_cells(name: str, names: list[str]) -> list[str]:
 
 def notebook_namespace(name: str, names: list[str]) -> dict:
     """Execute the defining cells of notebook `name` (see the module docstring); return globals."""
-    namespace: dict = {"__name__": "__notebook__"}
+    import d2l_extras
+    # `dx` comes from the set-up cell, which also prints the hardware report: not run here.
+    namespace: dict = {"__name__": "__notebook__", "dx": d2l_extras}
     for source in defining_cells(name, names):
         exec(compile(source, f"<{name}>", "exec"), namespace)
     return namespace

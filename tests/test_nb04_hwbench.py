@@ -16,9 +16,7 @@ NAMES = ["copy_rate", "gather_times", "axpy_times", "matmul_gflops", "random_rea
 
 @pytest.fixture(scope="module")
 def nb():
-    ns = notebook_namespace("04", NAMES)
-    ns.setdefault("dx", dx)  # imported in the set-up cell, which also prints the hardware report
-    return ns
+    return notebook_namespace("04", NAMES)
 
 
 @pytest.mark.parametrize("n_bytes", [4096, MiB])

@@ -11,9 +11,7 @@ NAMES = ["lenet", "get_params", "allreduce", "split_batch", "train_batch"]
 
 @pytest.fixture(scope="module")
 def nb():
-    ns = notebook_namespace("05", NAMES)
-    ns.setdefault("dx", dx)  # imported in the set-up cell, which also prints the hardware report
-    return ns
+    return notebook_namespace("05", NAMES)
 
 
 def batch(n, seed=1):

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import d2l_extras as dx
-from d2l_extras import kvstore as kv
 from nbcells import notebook_namespace
+from test_kvstore import _reference_params as allreduce_reference  # one definition
 
 NAMES = ["reduce_scatter", "all_gather", "ring_allreduce", "ShardedStore", "train_local",
          "pull_weights", "full_loss"]
@@ -92,19 +92,6 @@ def test_sharded_store_byte_counts_equal_dx_server_time(nb, m, n):
             store.pull(f"k{j}")
     busiest = max(r + s for r, s in zip(store.received, store.sent))
     assert busiest / bandwidth == pytest.approx(dx.server_time(numel * 4, m, n, bandwidth))
-
-
-def allreduce_reference(steps, batch, lr, world):
-    # What dx.kvstore.train_allreduce computes across `world` processes, in one process.
-    X, y = kv.make_problem(0)
-    net = kv.make_net(0)
-    for step in range(steps):
-        grads = [kv.gradients(net, X[i], y[i])
-                 for i in (kv.batch_of(step, r, world, batch, len(X)) for r in range(world))]
-        with torch.no_grad():
-            for name, p in net.named_parameters():
-                p -= lr * sum(g[name] for g in grads) / world
-    return {name: p.detach() for name, p in net.named_parameters()}
 
 
 @pytest.mark.parametrize("workers", [1, 2, 3])
