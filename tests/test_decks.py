@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 from tools import deckcheck, nbsite, report  # noqa: E402
-from tools.browser import find_chromium  # noqa: E402
+from tools.browser import Browser, find_chromium  # noqa: E402
 
 pytest.importorskip("websocket", reason="websocket-client is not installed (requirements.txt)")
 pytestmark = pytest.mark.skipif(
@@ -39,13 +39,19 @@ def decks(tmp_path_factory):
     return {d.name.removesuffix(".slides.html"): d for d in (tmp / "slides").glob("*.slides.html")}
 
 
+@pytest.fixture(scope="module")
+def browser():
+    with Browser(width=1280, height=720) as opened:  # one Chromium for every deck
+        yield opened
+
+
 def test_every_notebook_has_a_deck(decks):
     assert sorted(decks) == [p.stem for p in NOTEBOOKS]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_every_slide_fits_at_1280x720(decks, path):
-    problems = deckcheck.check([decks[path.stem]], width=1280, height=720)
+def test_every_slide_fits_at_1280x720(decks, browser, path):
+    problems = deckcheck.check_deck(browser, decks[path.stem])
     assert not problems, f"{len(problems)} slides do not fit:\n" + "\n".join(problems)
 
 
