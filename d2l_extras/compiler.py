@@ -1,8 +1,12 @@
 """torch.compile here: whether it can build code, a fallback to eager, and reading its timings."""
 from __future__ import annotations
 
+import contextlib
 import functools
+import importlib
+import io
 import logging
+import sys
 from typing import Callable, TypeVar
 
 import torch
@@ -33,9 +37,20 @@ def _install_filter() -> None:
         log.addFilter(_NoFalseCudaAlarm())
 
 
+def _quiet_import(name: str) -> None:
+    """Import module `name`, keeping from stderr only the lines that are not the false alarm."""
+    with contextlib.redirect_stderr(io.StringIO()) as caught:
+        importlib.import_module(name)
+    sys.stderr.write("".join(line for line in caught.getvalue().splitlines(keepends=True)
+                             if not line.startswith(_FALSE_ALARM)))
+
+
 # Installed on import: the notice is logged once, at the first compile, which in the notebooks
-# comes after dx.compile_support() or dx.maybe_compile() has imported this module.
+# comes after dx.compile_support() or dx.maybe_compile() has imported this module. Before torch
+# 2.7 it was printed, not logged, when the module is imported: import it here, quietly.
 _install_filter()
+if "torch.utils.cpp_extension" not in sys.modules and not torch.cuda.is_available():
+    _quiet_import("torch.utils.cpp_extension")
 
 
 # --- can torch.compile build code here?

@@ -1,12 +1,17 @@
 """What is here: CPU, RAM, accelerators, free memory, and n devices (real or simulated)."""
 from __future__ import annotations
 
+import importlib.metadata
+import json
 import math
 import numbers
 import os
+import pathlib
 import platform
 import subprocess
 import sys
+
+from typing import Mapping
 
 import psutil
 import torch
@@ -178,6 +183,32 @@ def _check_expected_gpu(report: dict) -> None:
             + "). Check `nvidia-smi` and the driver, or unset D2L_EXPECT_GPU to run without a GPU.")
 
 
+def platform_name(environ: Mapping[str, str] | None = None, home: str | None = None) -> str:
+    """Name the hosted platform this runs on (Colab, Kaggle, Studio Lab), else 'local'."""
+    environ = os.environ if environ is None else environ
+    home = os.path.expanduser("~") if home is None else home
+    if any(key.startswith("COLAB_") for key in environ):  # COLAB_RELEASE_TAG, COLAB_GPU, ...
+        return "Colab"
+    if "KAGGLE_KERNEL_RUN_TYPE" in environ or "KAGGLE_URL_BASE" in environ:
+        return "Kaggle"
+    if "studio-lab-user" in home:  # Studio Lab's one user
+        return "SageMaker Studio Lab"
+    return "local"
+
+
+def package_source(package_dir: str | None = None) -> str:
+    """Where d2l_extras was imported from: this repository's checkout, or an installed copy."""
+    here = pathlib.Path(package_dir or pathlib.Path(__file__).parent).resolve()
+    if (here.parent / "pyproject.toml").is_file() and (here.parent / "notebooks").is_dir():
+        return f"from the checkout {here.parent}"
+    try:  # pip records where an install came from (PEP 610)
+        origin = json.loads(importlib.metadata.distribution("d2l-extras")
+                            .read_text("direct_url.json") or "{}").get("url")
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        origin = None
+    return f"installed from {origin}" if origin else f"installed in {here.parent}"
+
+
 def hardware_rows(report: dict) -> list[tuple[str, str]]:
     """(label, text) rows that describe a hardware_report() dictionary, for a printout or a table."""
     rows = [("CPU", f"{report['cpu']}, {report['cores']} cores ({report['logical_cores']} "
@@ -193,6 +224,8 @@ def hardware_rows(report: dict) -> list[tuple[str, str]]:
     build = f"CUDA build {report['cuda_build']}" if report["cuda_build"] else "CPU build"
     rows.append(("torch", f"{report['torch']}, {build}"))
     rows.append(("profile", report["profile"]))
+    if "platform" in report:
+        rows.append(("platform", f"{report['platform']}, d2l_extras {report['source']}"))
     return rows
 
 
@@ -210,6 +243,8 @@ def hardware_report(verbose: bool = True) -> dict:
         "torch": torch.__version__,
         "cuda_build": torch.version.cuda,
         "profile": profile(),
+        "platform": platform_name(),
+        "source": package_source(),
     }
     for dev in accelerators():
         if dev.type == "cuda":

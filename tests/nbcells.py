@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import ast
 import json
+import sys
+import types
 from pathlib import Path
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
@@ -39,7 +41,9 @@ def _defined(tree: ast.Module) -> set[str]:
 
 
 def _only_imports(tree: ast.Module) -> bool:
-    return bool(tree.body) and all(isinstance(n, (ast.Import, ast.ImportFrom)) for n in tree.body)
+    # `pass` stands where a magic was (%matplotlib inline): it does not make a cell do work.
+    body = [n for n in tree.body if not isinstance(n, ast.Pass)]
+    return bool(body) and all(isinstance(n, (ast.Import, ast.ImportFrom)) for n in body)
 
 
 def defining_cells(name: str, names: list[str]) -> list[str]:
@@ -49,10 +53,11 @@ def defining_cells(name: str, names: list[str]) -> list[str]:
     for cell in cells:
         if cell["cell_type"] != "code":
             continue
-        # IPython magics (%matplotlib inline) are not Python: leave them out.
+        # IPython magics (%matplotlib inline, %pip) are not Python: `pass` in their place.
         lines = cell["source"]
         lines = lines.splitlines(keepends=True) if isinstance(lines, str) else lines
-        source = "".join(line for line in lines if not line.lstrip().startswith("%"))
+        source = "".join(line[:len(line) - len(line.lstrip())] + "pass\n"
+                         if line.lstrip().startswith("%") else line for line in lines)
         tree = ast.parse(source)
         defined = _defined(tree) & wanted
         if defined or _only_imports(tree):
@@ -67,8 +72,12 @@ def defining_cells(name: str, names: list[str]) -> list[str]:
 def notebook_namespace(name: str, names: list[str]) -> dict:
     """Execute the defining cells of notebook `name` (see the module docstring); return globals."""
     import d2l_extras
-    # `dx` comes from the set-up cell, which also prints the hardware report: not run here.
-    namespace: dict = {"__name__": "__notebook__", "dx": d2l_extras}
+    # `dx` comes from the cell that prints the hardware report: not run here.
+    # A real module, registered: torch.compile (2.6) imports the module its code runs in.
+    module = types.ModuleType("__notebook__")
+    sys.modules[module.__name__] = module
+    namespace: dict = module.__dict__
+    namespace["dx"] = d2l_extras
     for source in defining_cells(name, names):
         exec(compile(source, f"<{name}>", "exec"), namespace)
     return namespace

@@ -62,6 +62,16 @@ def test_other_messages_and_real_gpu_machines_keep_their_notices(monkeypatch):
                     "/usr/local") == ["No CUDA runtime is found, using CUDA_HOME='/usr/local'"]
 
 
+def test_a_module_that_prints_the_notice_is_imported_quietly(tmp_path, monkeypatch, capsys):
+    # torch < 2.7 prints the notice when torch.utils.cpp_extension is imported.
+    (tmp_path / "noisy_ext.py").write_text(
+        "import sys\nprint(\"No CUDA runtime is found, using CUDA_HOME='/usr'\", file=sys.stderr)\n"
+        "print('a real warning', file=sys.stderr)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    compiler._quiet_import("noisy_ext")
+    assert capsys.readouterr().err == "a real warning\n"
+
+
 def test_the_filter_is_installed_once():
     compiler._install_filter()
     compiler._install_filter()

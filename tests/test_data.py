@@ -15,7 +15,9 @@ def write_idx(path, array, compress=False):
     """Write an unsigned-byte IDX file (the MNIST format)."""
     header = bytes([0, 0, 0x08, array.ndim]) + struct.pack(f">{array.ndim}i", *array.shape)
     payload = header + array.astype(np.uint8).tobytes()
-    (gzip.open if compress else open)(path, "wb").write(payload)
+    # Closed by the with: an unclosed gzip file may never flush its buffer (Python 3.12+).
+    with (gzip.open if compress else open)(path, "wb") as f:
+        f.write(payload)
 
 
 def fake_fashion(root, n_train=12, n_test=6, compress=False):

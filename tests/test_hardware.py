@@ -193,3 +193,30 @@ def test_positive_number_refuses_what_cannot_be_measured():
     for bad in (0, -1.5, float("nan"), float("inf"), True, "3", None):
         with pytest.raises(ValueError, match="size must be a finite number > 0"):
             dx.positive_number(bad, "size")
+
+
+@pytest.mark.parametrize("environ,home,name", [
+    ({"COLAB_RELEASE_TAG": "release-colab-1"}, "/root", "Colab"),
+    ({"KAGGLE_KERNEL_RUN_TYPE": "Interactive"}, "/root", "Kaggle"),
+    ({}, "/home/studio-lab-user", "SageMaker Studio Lab"),
+    ({"HOME": "/home/ann"}, "/home/ann", "local"),
+])
+def test_platform_is_recognised(environ, home, name):
+    assert dx.platform_name(environ, home) == name
+
+
+def test_report_names_the_platform_and_where_d2l_extras_comes_from(capsys):
+    report = dx.hardware_report()
+    assert report["platform"] == dx.platform_name()
+    assert f"platform: {report['platform']}, d2l_extras from the checkout" in \
+        capsys.readouterr().out
+    assert ("platform", "Colab, d2l_extras installed from https://x/y.zip") in \
+        dx.hardware_rows(dict(FAKE, platform="Colab", source="installed from https://x/y.zip"))
+
+
+def test_package_source_tells_a_checkout_from_an_install(tmp_path):
+    assert dx.package_source().startswith("from the checkout ")
+    installed = tmp_path / "site-packages" / "d2l_extras"
+    installed.mkdir(parents=True)
+    # Not a checkout: pip's record of the origin (or the folder, where there is none).
+    assert dx.package_source(str(installed)).startswith(("installed from ", "installed in "))

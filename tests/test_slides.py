@@ -17,7 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-from tools import nbmeta, nbsite  # noqa: E402
+from tools import hosted, nbmeta, nbsite  # noqa: E402
 
 
 def md(text, **meta):
@@ -147,6 +147,9 @@ def executed_notebook(path: Path) -> Path:
     long_code = "\n".join(f"step_{i} = {i}  # a long cell becomes a sub-slide" for i in range(30))
     nb = notebook([
         md("# Demo deck\n\nOn $k$ devices the sum is $\\sum_i g_i$."),
+        # The launch badges load from the platforms' sites: left out of the offline pages.
+        md(hosted.badges("notebooks/demo.ipynb"), tags=["launch", "no-slide"]),
+        {**code(hosted.setup_source()), "metadata": {"tags": ["setup", "no-slide"]}},
         code("import d2l_extras as dx\ndx.hardware_report();",
              [{"output_type": "stream", "name": "stdout",
                "text": "CPU     : Test CPU, 2 cores\nGPU     : none visible\n"}]),

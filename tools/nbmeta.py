@@ -13,9 +13,12 @@ is derived from the cells themselves and rerun whenever a notebook changes:
 - a cell tagged `no-slide` (imports, set-up, recording figures for `make report`, checks) is left
   out of the decks: slide type "skip", which nbconvert's slides and RISE both honour;
 - every other cell continues the current (sub-)slide ("-").
-Running it twice changes nothing, and it rewrites nothing but `metadata.kernelspec` and each cell's
-`metadata.slideshow`: the rest of the file keeps its bytes, because the file is written back in the
-same JSON layout it was read in (nbformat's: one space of indent, sorted keys, UTF-8).
+It also adds what a notebook needs to run from its own file on Colab, Kaggle or Studio Lab, all
+generated from pyproject.toml (tools/hosted.py): the launch badges under the title, the set-up
+cell, the platforms' GPU metadata and the figures of images/ embedded in their Markdown cells.
+Running it twice changes nothing, and it rewrites nothing else: the rest of the file keeps its
+bytes, because the file is written back in the same JSON layout it was read in (nbformat's: one
+space of indent, sorted keys, UTF-8).
 """
 from __future__ import annotations
 
@@ -25,6 +28,11 @@ import math
 import re
 import sys
 from pathlib import Path
+
+try:  # run as a script (python tools/nbmeta.py) or imported as tools.nbmeta
+    from tools import hosted
+except ImportError:
+    import hosted
 
 KERNELSPEC = {
     "display_name": "Python (d2l computational performance)",
@@ -40,6 +48,7 @@ FIGURE_LINES = 20     # a picture (330-515 px of the 700 px slide) takes most of
 _FIGURE_IN_MARKDOWN = re.compile(r"!\[[^\]]*\]\(|<img\b", re.I)
 # Code that draws: matplotlib calls and the d2l_extras plotting helpers (bar_chart, plot_*).
 _FIGURE_IN_CODE = re.compile(r"\b(plt\.\w+|bar_chart|plot_\w+|Animator)\s*\(")
+_DATA_URI = re.compile(r"data:[^)\s]*\)")
 _HEADING = re.compile(r"(#{1,6})\s")
 NO_SLIDE = "no-slide"  # the cell tag that keeps a cell out of the decks
 
@@ -60,7 +69,8 @@ def heading_level(cell: dict) -> int:
 
 def cell_lines(cell: dict) -> int:
     """Lines a cell takes on a slide, estimated from its source alone."""
-    src = _source(cell)
+    # A figure embedded as a data URI is one picture, however long its text.
+    src = _DATA_URI.sub("data:)", _source(cell))
     lines = sum(max(1, math.ceil(len(line) / WRAP)) for line in src.splitlines())
     if cell.get("cell_type") == "markdown":
         return lines + FIGURE_LINES * len(_FIGURE_IN_MARKDOWN.findall(src))
@@ -99,10 +109,16 @@ def slide_types(cells: list[dict]) -> list[str]:
     return types
 
 
-def apply(nb: dict) -> dict:
-    """Set the kernel and every cell's slide type in a notebook dict (in place); return it."""
+def apply(nb: dict, path: str | None = None) -> dict:
+    """Set the kernel and every cell's slide type in a notebook dict (in place); return it.
+
+    With `path` (the notebook's file in the repository, e.g. notebooks/01-x.ipynb), also what it
+    needs to run from its own file on a hosted platform (tools/hosted.py).
+    """
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
         raise ValueError("not a notebook: expected a JSON object with a 'cells' list")
+    if path is not None:
+        hosted.apply(nb, path)
     nb.setdefault("metadata", {})["kernelspec"] = dict(KERNELSPEC)
     for cell, kind in zip(nb["cells"], slide_types(nb["cells"])):
         cell.setdefault("metadata", {})["slideshow"] = {"slide_type": kind}
@@ -123,11 +139,23 @@ def detect_layout(text: str) -> dict:
                      "save it once with nbformat (e.g. open and save it in JupyterLab) and rerun")
 
 
-def rewrite(text: str) -> str:
+def rewrite(text: str, path: str | None = None) -> str:
     """The notebook `text` with the metadata set, in the layout the text was written in."""
     opts = detect_layout(text)
     newline = opts.pop("newline")
-    return json.dumps(apply(json.loads(text)), **opts) + ("\n" if newline else "")
+    return json.dumps(apply(json.loads(text), path), **opts) + ("\n" if newline else "")
+
+
+def repo_path(path: Path) -> str | None:
+    """A notebook's path inside the repository, as the launch badges name it; None if outside.
+
+    Only the repository's own notebooks get badges and a set-up cell: a copy elsewhere (an
+    executed one, a draft) gets its slide metadata alone.
+    """
+    try:
+        return path.resolve().relative_to(hosted.ROOT).as_posix()
+    except ValueError:
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -140,13 +168,22 @@ def main(argv: list[str] | None = None) -> int:
     stale = []
     for path in args.notebooks:
         text = path.read_text(encoding="utf-8")
-        new = rewrite(text)
+        new = rewrite(text, repo_path(path))
         if new == text:
             continue
         stale.append(path)
         if not args.check:
             # newline="" keeps the file's line endings exactly as json.dumps wrote them.
             path.write_text(new, encoding="utf-8", newline="")
+    # The README's launch badges come from the same address: keep them in step.
+    readme = hosted.ROOT / "README.md"
+    if any(repo_path(p) for p in args.notebooks) and readme.is_file():
+        text = readme.read_text(encoding="utf-8")
+        new = hosted.update_readme(text, sorted((hosted.ROOT / "notebooks").glob("*.ipynb")))
+        if new != text:
+            stale.append(readme)
+            if not args.check:
+                readme.write_text(new, encoding="utf-8", newline="")
     verb = "out of date" if args.check else "updated"
     for path in stale:
         print(f"{verb}: {path}")

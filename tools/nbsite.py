@@ -130,9 +130,10 @@ def title_of(nb) -> str:
 
 
 def hardware_of(nb) -> str:
-    """What the first code cell (dx.hardware_report()) printed in this executed notebook."""
+    """What dx.hardware_report() printed in this executed notebook (the first code cell after
+    the set-up cell, which prints only where it installs something)."""
     for cell in nb.cells:
-        if cell.cell_type == "code":
+        if cell.cell_type == "code" and "setup" not in cell.metadata.get("tags", []):
             text = "".join(out.get("text", "") for out in cell.get("outputs", [])
                            if out.get("output_type") == "stream")
             return text.strip()
@@ -180,6 +181,8 @@ def build(kind: str, notebooks: list[Path], out: Path, source_dir: Path,
             print(f"notice: {path.name} has cells without slide metadata; "
                   f"run python tools/nbmeta.py notebooks/{path.name}")
             nb = nbformat.from_dict(nbmeta.apply(nb))
+        # The launch badges load from the platforms' sites; the pages work offline without them.
+        nb.cells = [c for c in nb.cells if "launch" not in c.metadata.get("tags", [])]
         embed_markdown_images(nb, source_dir)
         body, _ = exporter.from_notebook_node(nb, resources={
             "metadata": {"name": title_of(nb) or path.stem, "path": str(source_dir)}})

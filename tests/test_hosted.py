@@ -1,0 +1,286 @@
+"""A notebook runs from its own file on a hosted platform (issue 17): tools/hosted.py, tools/compat.py.
+
+The last test does what a student on Colab does: a notebook alone in an empty folder, in an
+environment with torch, torchvision, ipykernel and nbclient only, its set-up cell installing the
+project with %pip (from this checkout, through D2L_EXTRAS_SOURCE).
+"""
+import importlib.machinery
+import importlib.metadata
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from IPython.core.inputtransformer2 import TransformerManager
+
+from tools import compat, hosted, nbmeta
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+INFO = {"url": "https://github.com/me/proj", "repo": "me/proj", "tag": "v9.1"}
+
+
+def source(cell):
+    return "".join(cell["source"])
+
+
+# ---------------------------------------------------------------- one address
+
+def test_address_and_tag_come_from_pyproject():
+    import tomllib
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    info = hosted.project()
+    assert info["url"] == meta["urls"]["Repository"] and info["tag"] == "v" + meta["version"]
+    assert hosted.archive(info) == f"{info['url']}/archive/{info['tag']}.zip"
+
+
+def test_an_address_that_is_not_github_is_refused(tmp_path, monkeypatch):
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nversion = "1.0"\n[project.urls]\nRepository = "https://gitlab.com/a/b"\n')
+    monkeypatch.setattr(hosted, "ROOT", tmp_path)
+    with pytest.raises(ValueError, match="must be https://github.com/OWNER/NAME"):
+        hosted.project()
+
+
+def test_badges_open_the_notebook_at_the_release_tag():
+    md = hosted.badges("notebooks/05-x.ipynb", INFO)
+    links = re.findall(r"\]\((https://[^)]+)\)\]\((https://[^)]+)\)", md)
+    assert len(links) == 3
+    for (image, target), host in zip(links, ("colab", "kaggle", "studiolab")):
+        assert host in image and host in target
+        assert target.endswith("me/proj/blob/v9.1/notebooks/05-x.ipynb"), target
+
+
+# ---------------------------------------------------------------- the notebooks carry it all
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_notebook_carries_badges_setup_metadata_and_its_figures(path):
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    cells = nb["cells"]
+    assert source(cells[1]) == hosted.badges(f"notebooks/{path.name}"), "badges under the title"
+    setup = next(c for c in cells if c["cell_type"] == "code")
+    assert source(setup) == hosted.setup_source(), "the set-up cell is the first code cell"
+    for key, value in hosted.PLATFORM_METADATA.items():
+        assert nb["metadata"][key] == value
+    for i, cell in enumerate(cells):
+        if cell["cell_type"] == "markdown":
+            for link in re.findall(r"!\[[^\]]*\]\(([^)\s]+)", source(cell)):
+                assert link.startswith(("data:image/png;base64,", "https://")), \
+                    f"cell {i} links {link[:40]}: a lone notebook would not show it"
+
+
+def test_embedded_figures_are_the_files_in_images():
+    import base64
+    seen = set()
+    for path in NOTEBOOKS:
+        for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+            names = cell.get("metadata", {}).get("figures", [])
+            datas = re.findall(r"data:image/png;base64,([A-Za-z0-9+/=]+)", source(cell))
+            assert len(names) == len(datas)
+            for name, data in zip(names, datas):
+                assert base64.b64decode(data) == (hosted.IMAGES / name).read_bytes(), \
+                    f"{path.name}: {name} is stale (run: python tools/nbmeta.py {path})"
+                seen.add(name)
+    assert seen == {p.name for p in hosted.IMAGES.glob("*.png")}, "every figure is shown"
+
+
+def test_embed_figures_converts_a_link_then_refreshes_from_the_file(tmp_path):
+    (tmp_path / "a.png").write_bytes(b"first")
+    cell = {"cell_type": "markdown", "metadata": {}, "source": "Text\n\n![A](../images/a.png)"}
+    hosted.embed_figures(cell, tmp_path)
+    assert cell["metadata"]["figures"] == ["a.png"]
+    assert source(cell) == "Text\n\n![A](data:image/png;base64,Zmlyc3Q=)"
+    (tmp_path / "a.png").write_bytes(b"second")
+    hosted.embed_figures(cell, tmp_path)
+    assert source(cell).endswith("(data:image/png;base64,c2Vjb25k)")
+
+
+def test_embed_figures_names_a_missing_file(tmp_path):
+    cell = {"cell_type": "markdown", "metadata": {}, "source": "![A](../images/nope.png)"}
+    with pytest.raises(ValueError, match="figure nope.png is not in"):
+        hosted.embed_figures(cell, tmp_path)
+
+
+def test_apply_adds_the_cells_once_and_keeps_the_rest():
+    nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {"kernelspec": {"name": "k"}},
+          "cells": [{"cell_type": "markdown", "id": "t", "metadata": {}, "source": ["# Title"]},
+                    {"cell_type": "code", "id": "c", "metadata": {}, "source": ["1 + 1"],
+                     "outputs": [], "execution_count": None}]}
+    once = json.loads(json.dumps(hosted.apply(nb, "notebooks/x.ipynb", INFO)))
+    assert [c["id"] for c in once["cells"]] == ["t", "launch", "setup", "c"]
+    assert once["metadata"]["kernelspec"] == {"name": "k"}
+    assert hosted.apply(json.loads(json.dumps(once)), "notebooks/x.ipynb", INFO) == once
+
+
+def test_only_the_repositorys_notebooks_get_badges(tmp_path):
+    assert nbmeta.repo_path(tmp_path / "x.ipynb") is None
+    assert nbmeta.repo_path(NOTEBOOKS[0]) == f"notebooks/{NOTEBOOKS[0].name}"
+
+
+# ---------------------------------------------------------------- the set-up cell, offline
+
+class FakeShell:
+    """get_ipython() for the set-up cell: records %pip lines; 'installs' by making specs appear."""
+
+    def __init__(self, installed):
+        self.installed, self.lines = installed, []
+
+    def run_line_magic(self, name, line, _stack_depth=1):
+        assert name == "pip"
+        frame = sys._getframe(_stack_depth)
+        namespace = {**frame.f_globals, **frame.f_locals}
+        self.lines.append(line.format(**namespace))  # IPython expands {name} the same way
+        self.installed.update({"d2l_extras", "d2l"})
+
+
+def run_setup(monkeypatch, installed, torch_version="2.14.1", env=None):
+    real_find = importlib.util.find_spec
+
+    def find_spec(name, *args):
+        if name in ("d2l_extras", "d2l"):
+            return importlib.machinery.ModuleSpec(name, None) if name in installed else None
+        return real_find(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    monkeypatch.setattr(importlib.metadata, "version",
+                        lambda d: torch_version if d == "torch" else "1.0")
+    for key, value in (env or {}).items():
+        monkeypatch.setenv(key, value)
+    shell = FakeShell(installed)
+    code = TransformerManager().transform_cell(hosted.setup_source())
+    exec(compile(code, "<setup>", "exec"), {"get_ipython": lambda: shell})
+    return shell
+
+
+def test_setup_does_nothing_where_the_project_imports(monkeypatch, capsys):
+    shell = run_setup(monkeypatch, {"d2l_extras", "d2l"})
+    assert shell.lines == [] and capsys.readouterr().out == ""
+
+
+def test_setup_installs_once_keeping_the_platforms_torch(monkeypatch, capsys):
+    shell = run_setup(monkeypatch, set(), env={"D2L_EXTRAS_SOURCE": "/src/checkout"})
+    project, book = shell.lines
+    constraints = Path(re.search(r"-c (\S+)", project).group(1)).read_text()
+    assert "torch==2.14.1" in constraints.splitlines() and project.endswith('"/src/checkout"')
+    assert book == "install -q --no-deps d2l==1.0.3"
+    assert not any(re.search(r"\b(torch|torchvision|numpy)\b", l) for l in shell.lines)
+    out = capsys.readouterr().out
+    assert out == "Installed d2l_extras from /src/checkout and d2l 1.0.3, kept torch 2.14.1\n"
+
+
+def test_setup_installs_the_release_by_default(monkeypatch, capsys):
+    monkeypatch.delenv("D2L_EXTRAS_SOURCE", raising=False)
+    shell = run_setup(monkeypatch, set())
+    assert shell.lines[0].endswith(f'"{hosted.archive()}"')
+
+
+@pytest.mark.parametrize("version", ["2.5.1", "1.13.0+cu117"])
+def test_setup_says_what_to_do_with_an_old_torch(monkeypatch, version):
+    with pytest.raises(RuntimeError, match=f"torch {re.escape(version)}: we need 3.11\\+ and "
+                                           r"2.6\+ \(%pip install -U torch torchvision\)"):
+        run_setup(monkeypatch, set(), torch_version=version)
+
+
+def test_setup_says_what_to_do_with_an_old_python(monkeypatch):
+    monkeypatch.setattr(sys, "version_info", (3, 9, 18, "final", 0))
+    monkeypatch.setattr(sys, "version", "3.9.18 (main)")
+    with pytest.raises(RuntimeError, match=r"Python 3.9.18, torch 2.14.1: we need 3.11\+"):
+        run_setup(monkeypatch, set())
+
+
+# ---------------------------------------------------------------- make compat's pieces
+
+def test_torch_requirements_pin_torch_and_keep_the_rest():
+    reqs = compat.torch_requirements("2.6")
+    assert reqs[:2] == ["torch==2.6.*", "torchvision"]
+    assert not any(r.startswith(("torch==2.14", "torchvision==")) for r in reqs)
+    assert any(r.startswith("nbval==") for r in reqs)
+    assert compat.torch_requirements("newest")[:2] == ["torch", "torchvision"]
+    assert compat.torch_requirements("2.11.0")[0] == "torch==2.11.0"
+    with pytest.raises(ValueError, match="give a release such as 2.6"):
+        compat.torch_requirements("latest; rm -rf /")
+
+
+def executed(cells):
+    return {"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+
+
+def out(text):
+    return {"output_type": "stream", "name": "stdout", "text": text}
+
+
+def test_lone_run_problems_finds_errors_missing_pictures_and_links(tmp_path):
+    path = tmp_path / "nb.ipynb"
+    good = [{"cell_type": "code", "source": "setup", "outputs": [out(compat.INSTALL_LINE + "x")]},
+            {"cell_type": "code", "source": "plt.plot([1])",
+             "outputs": [{"output_type": "display_data", "data": {"image/svg+xml": "<svg/>"}}]}]
+    path.write_text(json.dumps(executed(good)))
+    assert compat.lone_run_problems(path) == []
+    bad = [{"cell_type": "code", "source": "plt.plot([1])", "outputs": []},
+           {"cell_type": "markdown", "source": "![x](../images/x.png)"},
+           {"cell_type": "code", "source": "1/0", "outputs": [
+               {"output_type": "error", "ename": "ZeroDivisionError", "evalue": "division"}]}]
+    path.write_text(json.dumps(executed(bad)))
+    problems = compat.lone_run_problems(path)
+    assert problems == ["cell 0 draws but shows no picture",
+                        "cell 1 shows ../images/x.png, which a lone notebook lacks",
+                        "cell 2 failed: ZeroDivisionError: division",
+                        "the install line was printed 0 times, not once"]
+
+
+def test_run_alone_wants_an_empty_folder(tmp_path):
+    (tmp_path / "other.txt").write_text("x")
+    with pytest.raises(ValueError, match="is not empty"):
+        compat.run_alone(Path(sys.executable), NOTEBOOKS[0], tmp_path, {})
+
+
+def test_package_copy_holds_what_pip_needs(tmp_path):
+    copy = compat.package_copy(tmp_path / "src")
+    assert (copy / "pyproject.toml").is_file() and (copy / "d2l_extras" / "__init__.py").is_file()
+    assert not list(copy.rglob("__pycache__"))
+
+
+# ---------------------------------------------------------------- a lone notebook, for real
+
+def test_a_lone_notebook_runs_on_a_hosted_stack(tmp_path):
+    try:
+        compat.uv()
+    except RuntimeError as err:
+        pytest.skip(f"{err} (make installs it in .venv)")
+    notebook = ROOT / "notebooks" / "05-multiple-gpus-from-scratch.ipynb"
+    with open(tmp_path / "env.log", "w") as log:
+        try:
+            python = compat.make_env(tmp_path / "env", sys.executable,
+                                     compat.hosted_requirements(), log)
+        except subprocess.CalledProcessError:
+            pytest.fail("could not build the hosted environment:\n"
+                        + (tmp_path / "env.log").read_text()[-3000:])
+    env = compat.hosted_environ(compat.package_copy(tmp_path / "source"))
+    lone = compat.run_alone(python, notebook, tmp_path / "alone", env)
+    assert compat.lone_run_problems(lone) == []
+    # Every picture is in the page rendered from the lone notebook.
+    import nbformat
+    from nbconvert import HTMLExporter
+    page, _ = HTMLExporter().from_notebook_node(nbformat.read(lone, as_version=4))
+    sources = re.findall(r"<img[^>]*\ssrc=\"([^\"]+)\"", page)
+    local = [s for s in sources if not s.startswith(("data:image/", "https://"))]
+    assert local == [] and sum(s.startswith("data:image/") for s in sources) >= 2
+    assert set(sources) - {s for s in sources if s.startswith("data:")} == \
+        {image for _, image, _ in hosted.PLATFORMS}
+    # A second run installs nothing and prints nothing.
+    setup = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(hosted.setup_source())])
+    nbformat.write(setup, tmp_path / "setup.ipynb")
+    rerun = compat.run_alone(python, tmp_path / "setup.ipynb", tmp_path / "again", env)
+    cell = json.loads(rerun.read_text())["cells"][0]
+    assert cell["outputs"] == [], cell["outputs"]
+
+
+def test_readme_badges_are_generated_from_the_same_address():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert hosted.update_readme(text, NOTEBOOKS) == text, \
+        "run: python tools/nbmeta.py notebooks/*.ipynb"
+    with pytest.raises(ValueError, match="has no <!-- launch badges: start -->"):
+        hosted.update_readme("# no block", NOTEBOOKS)

@@ -1,0 +1,195 @@
+"""What a notebook needs to run from its own file on Colab, Kaggle or SageMaker Studio Lab.
+
+Everything here is generated from one place, `pyproject.toml`: the repository address
+(`[project.urls] Repository`) and the release tag ("v" + `[project] version`). Publishing under
+another address is a one-line change there, then `python tools/nbmeta.py notebooks/*.ipynb`,
+which calls `apply` on every notebook:
+- a Markdown cell under the title with the three launch badges (tagged `launch`);
+- the first code cell, the set-up cell (tagged `setup`): it does nothing where d2l_extras
+  imports, and elsewhere installs the project and the book's d2l with %pip (see SETUP);
+- the notebook metadata that asks Colab and Kaggle for a GPU;
+- every figure from images/ embedded in its Markdown cell as a data URI, so a notebook copied
+  alone still shows it (Colab ignores `attachment:` images; relative paths need the repository).
+"""
+from __future__ import annotations
+
+import base64
+import json
+import re
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+IMAGES = ROOT / "images"
+LAUNCH, SETUP_TAG, NO_SLIDE = "launch", "setup", "no-slide"
+
+# The platforms' own badges and their "open this GitHub file" addresses.
+PLATFORMS = [
+    ("Open In Colab", "https://colab.research.google.com/assets/colab-badge.svg",
+     "https://colab.research.google.com/github/{repo}/blob/{tag}/{path}"),
+    ("Open In Kaggle", "https://kaggle.com/static/images/open-in-kaggle.svg",
+     "https://kaggle.com/kernels/welcome?src=https://github.com/{repo}/blob/{tag}/{path}"),
+    ("Open In SageMaker Studio Lab", "https://studiolab.sagemaker.aws/studiolab.svg",
+     "https://studiolab.sagemaker.aws/import/github/{repo}/blob/{tag}/{path}"),
+]
+
+# Ask for a GPU where the platform reads it from the notebook: Colab's T4, Kaggle's two T4s.
+PLATFORM_METADATA = {
+    "accelerator": "GPU",
+    "colab": {"gpuType": "T4", "provenance": []},
+    "kaggle": {"accelerator": "nvidiaTeslaT4", "isGpuEnabled": True, "isInternetEnabled": True,
+               "language": "python", "sourceType": "notebook"},
+}
+
+# The set-up cell. It reads only the standard library, so it runs before anything is installed;
+# it never installs torch, torchvision or numpy (the constraint file pins the platform's own).
+SETUP = '''\
+# Set-up: nothing to do in a checkout. Alone (Colab, Kaggle, Studio Lab) this
+# installs d2l_extras and d2l once with %pip; torch, torchvision, numpy stay.
+import importlib, os, pathlib, sys, tempfile
+from importlib import metadata, util
+from IPython.utils.capture import capture_output
+repo = "@URL@"
+v = metadata.version("torch") if util.find_spec("torch") else "none"
+if sys.version_info < (3, 11) or v == "none" or tuple(
+        int(x) for x in v.split(".")[:2]) < (2, 6):
+    raise RuntimeError(f"Python {sys.version.split()[0]}, torch {v}: we need "
+                       "3.11+ and 2.6+ (%pip install -U torch torchvision)")
+if not (util.find_spec("d2l_extras") and util.find_spec("d2l")):
+    src = os.environ.get("D2L_EXTRAS_SOURCE", f"{repo}/archive/@TAG@.zip")
+    keep = pathlib.Path(tempfile.mkdtemp()) / "platform.txt"
+    keep.write_text("".join(f"{p}=={metadata.version(p)}\\n" for p in (
+        "torch", "torchvision", "numpy") if util.find_spec(p)))
+    with capture_output() as log:  # pip's lines are shown only if it fails
+        %pip install -q -c {keep} "{src}"
+        %pip install -q --no-deps d2l==1.0.3
+    importlib.invalidate_caches()
+    if not (util.find_spec("d2l_extras") and util.find_spec("d2l")):
+        print(log.stdout[-3000:], log.stderr[-3000:])
+        raise RuntimeError("The install failed (pip's output above): is the "
+                           "internet on? (Kaggle: Settings > Internet)")
+    print(f"Installed d2l_extras from {src} and d2l 1.0.3, kept torch {v}")
+'''
+
+
+def project() -> dict:
+    """The repository ('owner/name'), its address and the release tag, from pyproject.toml."""
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    url = meta["urls"]["Repository"].rstrip("/")
+    match = re.fullmatch(r"https://github\.com/([\w.-]+/[\w.-]+)", url)
+    if not match:
+        raise ValueError(f"[project.urls] Repository must be https://github.com/OWNER/NAME, "
+                         f"not {url!r}: the launch badges open GitHub files")
+    return {"url": url, "repo": match.group(1), "tag": "v" + meta["version"]}
+
+
+def archive(info: dict | None = None) -> str:
+    """The release's source archive, which pip installs without git (the set-up cell's default)."""
+    info = info or project()
+    return f"{info['url']}/archive/{info['tag']}.zip"
+
+
+def badges(path: str, info: dict | None = None) -> str:
+    """Markdown with the three launch badges for the repository file `path`."""
+    info = info or project()
+    links = [f"[![{alt}]({image})]({target.format(path=path, **info)})"
+             for alt, image, target in PLATFORMS]
+    return " ".join(links)
+
+
+def setup_source(info: dict | None = None) -> str:
+    """The source of the set-up cell, installing the release archive by default."""
+    info = info or project()
+    return SETUP.replace("@URL@", info["url"]).replace("@TAG@", info["tag"]).rstrip("\n")
+
+
+_DATA_FIGURE = re.compile(r"!\[([^\]]*)\]\((?:\.\./images/([\w.-]+\.png)"
+                          r"|data:image/png;base64,[A-Za-z0-9+/=]+)\)")
+
+
+def embed_figures(cell: dict, images: Path = IMAGES) -> None:
+    """Put each figure of a Markdown cell in it as a data URI; name the files in its metadata.
+
+    A cell written with `![caption](../images/NAME.png)` is converted; a converted cell is
+    re-embedded from the file its metadata names, so a redrawn figure reaches the notebook.
+    """
+    names = list(cell.get("metadata", {}).get("figures", []))
+    used: list[str] = []
+
+    def embed(match: re.Match) -> str:
+        name = match.group(2) or (names[len(used)] if len(used) < len(names) else None)
+        if name is None or not (images / name).is_file():
+            raise ValueError(f"figure {name or '(unnamed)'} is not in {images}: "
+                             "write it as ![caption](../images/NAME.png)")
+        used.append(name)
+        data = base64.b64encode((images / name).read_bytes()).decode("ascii")
+        return f"![{match.group(1)}](data:image/png;base64,{data})"
+
+    src = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+    new = _DATA_FIGURE.sub(embed, src)
+    if used:
+        cell["source"] = new.splitlines(keepends=True)
+        cell.setdefault("metadata", {})["figures"] = used
+
+
+def _tagged(cell: dict, tag: str) -> bool:
+    return tag in cell.get("metadata", {}).get("tags", [])
+
+
+def _cell(kind: str, source: str, tags: list[str], cell_id: str | None) -> dict:
+    # Stored as nbformat stores sources: a list of lines.
+    cell = {"cell_type": kind, "metadata": {"tags": tags},
+            "source": source.splitlines(keepends=True)}
+    if kind == "code":
+        cell.update(execution_count=None, outputs=[])
+    if cell_id:  # nbformat 4.5 and later give every cell an id
+        cell["id"] = cell_id
+    return cell
+
+
+def apply(nb: dict, path: str, info: dict | None = None) -> dict:
+    """Add or refresh the launch badges, the set-up cell, the GPU metadata and the figures."""
+    info = info or project()
+    cells, ids = nb["cells"], nb.get("nbformat_minor", 0) >= 5
+    launch = _cell("markdown", badges(path, info), [LAUNCH, NO_SLIDE], ids and "launch")
+    setup = _cell("code", setup_source(info), [SETUP_TAG, NO_SLIDE], ids and "setup")
+    for new, tag, where in ((launch, LAUNCH, 1), (setup, SETUP_TAG, None)):
+        old = next((c for c in cells if _tagged(c, tag)), None)
+        if old is not None:
+            old["source"] = new["source"]
+            continue
+        if where is None:  # before the first code cell
+            where = next((i for i, c in enumerate(cells) if c["cell_type"] == "code"),
+                         len(cells))
+        cells.insert(where, new)
+    for cell in cells:
+        if cell.get("cell_type") == "markdown":
+            embed_figures(cell)
+    nb.setdefault("metadata", {}).update(PLATFORM_METADATA)
+    return nb
+
+
+README_START, README_END = "<!-- launch badges: start -->", "<!-- launch badges: end -->"
+
+
+def readme_table(notebooks: list[Path], info: dict | None = None) -> str:
+    """The README's table of launch badges, one row per notebook (from its first heading)."""
+    info = info or project()
+    rows = ["| notebook | open it with a free GPU |", "| --- | --- |"]
+    for path in notebooks:
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        title = next((line.lstrip("# ").strip() for c in cells if c["cell_type"] == "markdown"
+                      for line in "".join(c["source"]).splitlines() if line.startswith("# ")),
+                     path.stem)
+        rel = path.resolve().relative_to(ROOT).as_posix()
+        rows.append(f"| {path.stem[:2]} {title} | {badges(rel, info)} |")
+    return "\n".join(rows)
+
+
+def update_readme(text: str, notebooks: list[Path], info: dict | None = None) -> str:
+    """`text` (the README) with the table between the launch-badge markers regenerated."""
+    start, end = text.find(README_START), text.find(README_END)
+    if start < 0 or end < start:
+        raise ValueError(f"README.md has no {README_START} ... {README_END} block")
+    table = readme_table(notebooks, info)
+    return f"{text[:start]}{README_START}\n{table}\n{text[end:]}"
