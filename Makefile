@@ -9,7 +9,6 @@ else
 BIN    := $(VENV)/bin
 endif
 STAMP  := $(VENV)/.installed
-KERNEL := d2l-perf
 # Extra JupyterLab options, e.g. make lab LAB_ARGS="--no-browser --port=8890"
 LAB_ARGS ?=
 # Jupyter refuses to run as root (containers, CI) unless told it may.
@@ -30,14 +29,9 @@ ifneq ($(filter 1 yes true,$(USE_CURRENT_ENV)),)
 PY     := $(PYTHON)
 ready   = env-$(1)
 export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),$(if $(filter Windows_NT,$(OS)),;,:)$(PYTHONPATH))
-# `make lab` registers the kernel inside the ignored build/ folder, not in that environment.
-export JUPYTER_PATH := $(CURDIR)/build/jupyter/share/jupyter
-LAB_KERNEL := $(PY) -m ipykernel install --prefix build/jupyter --name $(KERNEL) \
-  --display-name "Python (d2l computational performance)" >/dev/null
 else
 PY     := $(BIN)/python
 ready   = $(STAMP)
-LAB_KERNEL :=
 endif
 # What `make test` runs; a subset: make test TESTS="tests/test_report.py notebooks/02-asynchronous-computation.ipynb"
 TESTS  ?= tests notebooks
@@ -68,14 +62,13 @@ $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
 	  $(PIP_INSTALL) --upgrade pip && $$install -r requirements.txt || exit 1; \
 	fi; \
 	set -x; $$install --no-deps -r requirements-nodeps.txt && $$install --no-deps -e .
-	$(BIN)/python -m ipykernel install --sys-prefix --name $(KERNEL) \
-	  --display-name "Python (d2l computational performance)"
 	touch $(STAMP)
 
 # The server's root is the repository, so that the notebooks' figures (../images/) load;
 # it opens on notebooks/.
+# The notebooks name the generic python3 kernel: Jupyter started from .venv (or, with
+# USE_CURRENT_ENV=1, from that Python) runs it with its own interpreter.
 lab: $(call ready,lab)
-	$(LAB_KERNEL)
 	$(PY) -m jupyter lab --notebook-dir=. --ServerApp.default_url=/lab/tree/notebooks \
 	  $(AS_ROOT) $(LAB_ARGS)
 
@@ -125,4 +118,4 @@ figures: $(call ready,run)
 	for f in images/[!_]*.py; do $(PY) $$f images || exit 1; done
 
 clean:
-	rm -rf $(VENV) .pytest_cache $(REPORT_DIR) build/jupyter build/compat
+	rm -rf $(VENV) .pytest_cache $(REPORT_DIR) build/compat

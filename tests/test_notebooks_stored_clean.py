@@ -44,8 +44,8 @@ def test_first_output_is_hardware_report(path):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_kernel_is_the_project_kernel(path):
-    # `make setup` registers d2l-perf; with the generic python3 a notebook opened from VS Code or
-    # a system-wide Jupyter would start a Python without torch.
+    # The generic python3, which every hosted platform knows; Jupyter started from .venv or an
+    # activated environment runs that environment's Python under this name.
     from tools.nbmeta import KERNELSPEC
     nb = json.loads(path.read_text(encoding="utf-8"))
     assert nb["metadata"].get("kernelspec") == KERNELSPEC, \

@@ -65,8 +65,8 @@ def test_figures_take_room_on_a_slide():
 def test_apply_sets_kernel_and_every_cell_and_keeps_other_metadata():
     nb = notebook([md("# T", tags=["keep"]), code("x = 1")])
     nbmeta.apply(nb)
-    assert nb["metadata"]["kernelspec"] == {"display_name": "Python (d2l computational performance)",
-                                            "language": "python", "name": "d2l-perf"}
+    assert nb["metadata"]["kernelspec"] == {"display_name": "Python 3 (ipykernel)",
+                                            "language": "python", "name": "python3"}
     assert nb["metadata"]["language_info"] == {"name": "python"}
     assert nb["cells"][0]["metadata"] == {"tags": ["keep"], "slideshow": {"slide_type": "slide"}}
     assert nb["cells"][1]["metadata"] == {"slideshow": {"slide_type": "-"}}

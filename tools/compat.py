@@ -61,7 +61,8 @@ def torch_requirements(version: str) -> list[str]:
         raise ValueError(f"torch version {version!r}: give a release such as 2.6 or 'newest'")
     rest = [line.split("#")[0].strip() for line in
             (ROOT / "requirements.txt").read_text(encoding="utf-8").splitlines()]
-    return torch + [r for r in rest if r and not re.match(r"(torch|torchvision)\b", r)]
+    # uv too: tests/test_hosted.py builds its hosted stack with it, from this torch.
+    return torch + [r for r in rest if r and not re.match(r"(torch|torchvision)\b", r)] + ["uv"]
 
 
 def hosted_requirements() -> list[str]:

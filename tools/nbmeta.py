@@ -34,10 +34,13 @@ try:  # run as a script (python tools/nbmeta.py) or imported as tools.nbmeta
 except ImportError:
     import hosted
 
+# The generic kernel: Colab, Kaggle and Studio Lab know no other name (Colab says "Unrecognized
+# runtime" and JupyterLab asks for a kernel), and Jupyter started from .venv (make lab) or from
+# an activated environment runs its own Python under this name.
 KERNELSPEC = {
-    "display_name": "Python (d2l computational performance)",
+    "display_name": "Python 3 (ipykernel)",
     "language": "python",
-    "name": "d2l-perf",
+    "name": "python3",
 }
 
 # A slide is 960x700 px with 19-20 px text (nbconvert's reveal template): about 24 lines fit.
