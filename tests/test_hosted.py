@@ -213,22 +213,29 @@ def out(text):
 
 
 def test_lone_run_problems_finds_errors_missing_pictures_and_links(tmp_path):
+    picture = {"output_type": "display_data", "data": {"image/svg+xml": "<svg/>"}}
+    ref = tmp_path / "ref.ipynb"
+    ref.write_text(json.dumps(executed([
+        {"cell_type": "code", "source": "setup", "outputs": []},
+        {"cell_type": "code", "source": "plt.plot([1])", "outputs": [picture]}])))
     path = tmp_path / "nb.ipynb"
     good = [{"cell_type": "code", "source": "setup", "outputs": [out(compat.INSTALL_LINE + "x")]},
-            {"cell_type": "code", "source": "plt.plot([1])",
-             "outputs": [{"output_type": "display_data", "data": {"image/svg+xml": "<svg/>"}}]}]
+            {"cell_type": "code", "source": "plt.plot([1])", "outputs": [picture]}]
     path.write_text(json.dumps(executed(good)))
-    assert compat.lone_run_problems(path) == []
-    bad = [{"cell_type": "code", "source": "plt.plot([1])", "outputs": []},
+    assert compat.lone_run_problems(path, ref) == []
+    assert compat.lone_run_problems(path, ref, installs=0) == \
+        ["the install line was printed 1 times, not 0"]
+    bad = [{"cell_type": "code", "source": "setup", "outputs": []},
+           {"cell_type": "code", "source": "plt.plot([1])", "outputs": []},
            {"cell_type": "markdown", "source": "![x](../images/x.png)"},
            {"cell_type": "code", "source": "1/0", "outputs": [
                {"output_type": "error", "ename": "ZeroDivisionError", "evalue": "division"}]}]
     path.write_text(json.dumps(executed(bad)))
-    problems = compat.lone_run_problems(path)
-    assert problems == ["cell 0 draws but shows no picture",
-                        "cell 1 shows ../images/x.png, which a lone notebook lacks",
-                        "cell 2 failed: ZeroDivisionError: division",
-                        "the install line was printed 0 times, not once"]
+    assert compat.lone_run_problems(path, ref) == [
+        "cell 2 shows ../images/x.png, which a lone notebook lacks",
+        "cell 3 failed: ZeroDivisionError: division",
+        "cell 1 shows no picture (it does in the checkout)",
+        "the install line was printed 0 times, not 1"]
 
 
 def test_run_alone_wants_an_empty_folder(tmp_path):
@@ -260,7 +267,9 @@ def test_a_lone_notebook_runs_on_a_hosted_stack(tmp_path):
                         + (tmp_path / "env.log").read_text()[-3000:])
     env = compat.hosted_environ(compat.package_copy(tmp_path / "source"))
     lone = compat.run_alone(python, notebook, tmp_path / "alone", env)
-    assert compat.lone_run_problems(lone) == []
+    reference = compat.reference_run(notebook, tmp_path / "checkout" / notebook.name)
+    assert compat.picture_cells(reference), "the reference run shows pictures"
+    assert compat.lone_run_problems(lone, reference) == []
     # Every picture is in the page rendered from the lone notebook.
     import nbformat
     from nbconvert import HTMLExporter
