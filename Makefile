@@ -102,11 +102,11 @@ slides html: $(call ready,site) $(REPORT_DIR)/summary.json
 $(REPORT_DIR)/summary.json: $(wildcard notebooks/*.ipynb) | $(call ready,report)
 	$(MAKE) report
 
-# The notebooks on the stacks students and runners have (tools/compat.py): torch 2.7, 2.11 and
+# The notebooks on the stacks students and runners have (tools/compat.py): torch 2.6, 2.11 and
 # the newest on the index, each as `make test USE_CURRENT_ENV=1` in an environment of its own,
 # then every notebook copied alone into an empty folder and run on a hosted platform's stack
 # (torch, torchvision, ipykernel, nbclient), its set-up cell installing this checkout. About
-# 20 GB of environments under build/compat/ and an hour. One part: COMPAT_ARGS="--torch 2.7
+# 20 GB of environments under build/compat/ and an hour. One part: COMPAT_ARGS="--torch 2.6
 # --no-hosted", or COMPAT_ARGS="--torch" for the lone notebooks only.
 COMPAT_PYTHON ?= python3.12
 COMPAT_ARGS ?=

@@ -73,7 +73,7 @@ def notebook_namespace(name: str, names: list[str]) -> dict:
     """Execute the defining cells of notebook `name` (see the module docstring); return globals."""
     import d2l_extras
     # `dx` comes from the cell that prints the hardware report: not run here.
-    # A real module, registered: torch.compile (2.6 at least) imports the module its code is in.
+    # A real module, registered: torch.compile (2.6) imports the module its code runs in.
     module = types.ModuleType("__notebook__")
     sys.modules[module.__name__] = module
     namespace: dict = module.__dict__

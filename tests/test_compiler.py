@@ -63,7 +63,7 @@ def test_other_messages_and_real_gpu_machines_keep_their_notices(monkeypatch):
 
 
 def test_a_module_that_prints_the_notice_is_imported_quietly(tmp_path, monkeypatch, capsys):
-    # torch 2.6 and 2.7 print the notice when torch.utils.cpp_extension is imported.
+    # torch < 2.7 prints the notice when torch.utils.cpp_extension is imported.
     (tmp_path / "noisy_ext.py").write_text(
         "import sys\nprint(\"No CUDA runtime is found, using CUDA_HOME='/usr'\", file=sys.stderr)\n"
         "print('a real warning', file=sys.stderr)\n")

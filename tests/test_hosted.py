@@ -177,10 +177,10 @@ def test_setup_installs_the_release_by_default(monkeypatch, capsys):
     assert shell.lines[0].endswith(f'"{hosted.archive()}"')
 
 
-@pytest.mark.parametrize("version", ["2.6.0+cu124", "1.13.0+cu117"])
+@pytest.mark.parametrize("version", ["2.5.1", "1.13.0+cu117"])
 def test_setup_says_what_to_do_with_an_old_torch(monkeypatch, version):
     with pytest.raises(RuntimeError, match=f"torch {re.escape(version)}: we need 3.11\\+ and "
-                                           r"2.7\+ \(%pip install -U torch torchvision\)"):
+                                           r"2.6\+ \(%pip install -U torch torchvision\)"):
         run_setup(monkeypatch, set(), torch_version=version)
 
 
@@ -194,13 +194,13 @@ def test_setup_says_what_to_do_with_an_old_python(monkeypatch):
 # ---------------------------------------------------------------- make compat's pieces
 
 def test_torch_requirements_pin_torch_and_keep_the_rest():
-    reqs = compat.torch_requirements("2.7")
-    assert reqs[:2] == ["torch==2.7.*", "torchvision"]
+    reqs = compat.torch_requirements("2.6")
+    assert reqs[:2] == ["torch==2.6.*", "torchvision"]
     assert not any(r.startswith(("torch==2.14", "torchvision==")) for r in reqs)
     assert any(r.startswith("nbval==") for r in reqs)
     assert compat.torch_requirements("newest")[:2] == ["torch", "torchvision"]
     assert compat.torch_requirements("2.11.0")[0] == "torch==2.11.0"
-    with pytest.raises(ValueError, match="give a release such as 2.7"):
+    with pytest.raises(ValueError, match="give a release such as 2.6"):
         compat.torch_requirements("latest; rm -rf /")
 
 

@@ -75,10 +75,10 @@ def test_check_env_lists_everything_missing_with_the_pinned_install():
 def test_check_env_refuses_old_torch_and_old_python():
     from tools import check_env
     missing, other = check_env.problems("run", find=lambda m: object(),
-                                        version=lambda d: "2.6.0", python=(3, 10))
+                                        version=lambda d: "2.5.1", python=(3, 10))
     assert missing == [] and len(other) == 2
-    assert "Python 3.10 is too old" in other[0] and "torch 2.6.0 is too old" in other[1]
-    assert check_env.problems("lab", find=lambda m: object(), version=lambda d: "2.7.1",
+    assert "Python 3.10 is too old" in other[0] and "torch 2.5.1 is too old" in other[1]
+    assert check_env.problems("lab", find=lambda m: object(), version=lambda d: "2.6.0",
                               python=(3, 11)) == ([], [])
     assert check_env.version_tuple("2.11.0+cu128") == (2, 11, 0)
     with pytest.raises(ValueError, match="unknown target 'bench'"):

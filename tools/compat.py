@@ -1,12 +1,12 @@
 """make compat: the notebooks on the stacks students and runners have, not only on our pins.
 
-    python -m tools.compat [--python python3.12] [--torch 2.7 2.11 newest] [--out build/compat]
+    python -m tools.compat [--python python3.12] [--torch 2.6 2.11 newest] [--out build/compat]
 
 Two kinds of run, each in an environment of its own under OUT (made with uv, which shares one
 download cache, so a second run costs seconds):
 - torch-V: torch V (and the torchvision made for it) with the rest of requirements.txt, then
   `make test USE_CURRENT_ENV=1` in it: every unit test and every notebook. V is a release
-  ("2.7") or "newest", the newest on the package index.
+  ("2.6") or "newest", the newest on the package index.
 - hosted: what a hosted platform has (torch, torchvision, ipykernel, nbclient, nothing else):
   every notebook copied alone into an empty folder and run in the `ci` profile, its set-up cell
   installing this checkout (D2L_EXTRAS_SOURCE) and the book's d2l with %pip, as on Colab.
@@ -32,7 +32,7 @@ NOTEBOOKS = ROOT / "notebooks"
 DEFAULT_OUT = ROOT / "build" / "compat"
 INSTALL_LINE = "Installed d2l_extras from "  # what the set-up cell prints once
 HOSTED_PACKAGES = ["ipykernel", "nbclient"]  # beside torch and torchvision; nothing else
-TORCH_VERSIONS = ["2.7", "2.11", "newest"]   # the oldest claimed, a GPU image's, the newest
+TORCH_VERSIONS = ["2.6", "2.11", "newest"]   # the oldest claimed, a GPU image's, the newest
 
 
 def uv() -> list[str]:
@@ -58,7 +58,7 @@ def torch_requirements(version: str) -> list[str]:
     elif re.fullmatch(r"\d+\.\d+(\.\d+)?", version):
         torch = [f"torch=={version}" + ("" if version.count(".") == 2 else ".*"), "torchvision"]
     else:
-        raise ValueError(f"torch version {version!r}: give a release such as 2.7 or 'newest'")
+        raise ValueError(f"torch version {version!r}: give a release such as 2.6 or 'newest'")
     rest = [line.split("#")[0].strip() for line in
             (ROOT / "requirements.txt").read_text(encoding="utf-8").splitlines()]
     # uv too: tests/test_hosted.py builds its hosted stack with it, from this torch.

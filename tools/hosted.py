@@ -52,9 +52,9 @@ from IPython.utils.capture import capture_output
 repo = "@URL@"
 v = metadata.version("torch") if util.find_spec("torch") else "none"
 if sys.version_info < (3, 11) or v == "none" or tuple(
-        int(x) for x in v.split(".")[:2]) < (2, 7):
+        int(x) for x in v.split(".")[:2]) < (2, 6):
     raise RuntimeError(f"Python {sys.version.split()[0]}, torch {v}: we need "
-                       "3.11+ and 2.7+ (%pip install -U torch torchvision)")
+                       "3.11+ and 2.6+ (%pip install -U torch torchvision)")
 if not (util.find_spec("d2l_extras") and util.find_spec("d2l")):
     src = os.environ.get("D2L_EXTRAS_SOURCE", f"{repo}/archive/@TAG@.zip")
     keep = pathlib.Path(tempfile.mkdtemp()) / "platform.txt"
