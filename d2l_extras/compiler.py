@@ -46,8 +46,8 @@ def _quiet_import(name: str) -> None:
 
 
 # Installed on import: the notice is logged once, at the first compile, which in the notebooks
-# comes after dx.compile_support() or dx.maybe_compile() has imported this module. Before torch
-# 2.7 it was printed, not logged, when the module is imported: import it here, quietly.
+# comes after dx.compile_support() or dx.maybe_compile() has imported this module. Older releases
+# (2.6, 2.7) print it instead, when that module is imported: import it here, quietly.
 _install_filter()
 if "torch.utils.cpp_extension" not in sys.modules and not torch.cuda.is_available():
     _quiet_import("torch.utils.cpp_extension")
