@@ -95,7 +95,7 @@ def package_copy(dest: Path) -> Path:
 def plain_environ() -> dict:
     """os.environ without what points into another environment or an outer make."""
     drop = ("PYTHONPATH", "VIRTUAL_ENV", "MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES",
-            "USE_CURRENT_ENV", "TESTS", "JUPYTER_PATH")
+            "USE_CURRENT_ENV", "TESTS")
     return {k: v for k, v in os.environ.items() if k not in drop}
 
 

@@ -21,7 +21,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 IMAGES = ROOT / "images"
-LAUNCH, SETUP_TAG, NO_SLIDE = "launch", "setup", "no-slide"
+LAUNCH, SETUP_TAG = "launch", "setup"
+NO_SLIDE = "no-slide"  # the cell tag that keeps a cell out of the decks (tools/nbmeta.py)
 
 # The platforms' own badges and their "open this GitHub file" addresses.
 PLATFORMS = [

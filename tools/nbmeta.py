@@ -53,7 +53,7 @@ _FIGURE_IN_MARKDOWN = re.compile(r"!\[[^\]]*\]\(|<img\b", re.I)
 _FIGURE_IN_CODE = re.compile(r"\b(plt\.\w+|bar_chart|plot_\w+|Animator)\s*\(")
 _DATA_URI = re.compile(r"data:[^)\s]*\)")
 _HEADING = re.compile(r"(#{1,6})\s")
-NO_SLIDE = "no-slide"  # the cell tag that keeps a cell out of the decks
+NO_SLIDE = hosted.NO_SLIDE  # the cell tag that keeps a cell out of the decks
 
 
 def _source(cell: dict) -> str:
