@@ -25,8 +25,8 @@ _EXPORTS = {
                  "plot_timeline", "seconds_axis", "use_slide_style"],
     "compiler": ["compile_support", "last_level_cache", "maybe_compile", "memory_regime",
                  "speed_verdict"],
-    "distributed": ["LaunchResult", "WorkerError", "free_port", "init_worker", "launch",
-               "save_result", "torchrun_command", "worker_exit_codes"],
+    "distributed": ["LaunchResult", "WorkerError", "finish_worker", "free_port", "init_worker",
+                    "launch", "save_result", "torchrun_command", "worker_exit_codes"],
     # asynchronous computation, automatic parallelism: profiler timelines
     "profiling": ["TimelineEvent", "busy_time", "overlap_time", "profile_trace",
                   "record_timeline", "trace_events"],

@@ -33,7 +33,7 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from torch.utils.data.distributed import DistributedSampler
 
 from .data import SOURCES, default_sizes, load_images
-from .distributed import free_port, init_worker, save_result
+from .distributed import finish_worker, free_port, init_worker, save_result
 from .hardware import whole_number
 from .models import init_weights, resnet18
 from .parallel import even_batch_size
@@ -433,8 +433,7 @@ def main(argv: list[str] | None = None) -> None:
         if int(os.environ["RANK"]) == 0:
             save_result(result)
     finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        finish_worker()  # a no-op where train() failed before joining
 
 
 if __name__ == "__main__":

@@ -362,6 +362,26 @@ def init_worker(timeout_s: float = 60) -> tuple[int, int, torch.device]:
     return rank, world, device
 
 
+def finish_worker() -> None:
+    """In a worker: leave torch.distributed (free the process group); no-op when not in one."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        return
+    group = dist.group.WORLD
+    # Before torch 2.8 (pytorch/pytorch#154976), freeing a ProcessGroup held the GIL while it
+    # joined gloo's threads, and a thread still freeing the last tensors it sent waits for the
+    # GIL: a deadlock, about one run in six under load. A backend's own Python object frees it
+    # with the GIL released, so we hold that object until the group is gone, and drop it last.
+    try:
+        backend = group._get_backend(torch.device("cpu"))
+    except (AttributeError, RuntimeError):  # an NCCL-only group has no CPU backend to hold
+        backend = None
+    dist.destroy_process_group()
+    del group
+    del backend  # the last reference: joins gloo's threads with the GIL released
+
+
 def save_result(obj: Any) -> None:
     """In a worker (rank 0): hand a JSON-able result back to launch() in the notebook."""
     path = os.environ.get(RESULT_ENV)

@@ -544,9 +544,7 @@ TASKS = {"compare": task_compare, "staleness": task_staleness, "fault": task_fau
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Worker entry point: run tasks (compare, staleness, fault, check); rank 0 hands back results."""
-    import torch.distributed as dist
-
-    from .distributed import init_worker, save_result
+    from .distributed import finish_worker, init_worker, save_result
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", choices=sorted(TASKS), nargs="+", default=["compare"],
@@ -583,7 +581,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         if rank == 0:
             save_result(results)
     finally:
-        dist.destroy_process_group()
+        finish_worker()
 
 
 if __name__ == "__main__":

@@ -262,9 +262,7 @@ def benchmark(sizes_mb: Sequence[float], repeats: int = 5, timeout_s: float = 60
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Worker entry point: benchmark the ring against dist.all_reduce and hand back results."""
-    import torch.distributed as dist
-
-    from .distributed import init_worker, save_result
+    from .distributed import finish_worker, init_worker, save_result
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes-mb", type=float, nargs="+", default=[1, 4, 16, 64])
@@ -277,7 +275,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         if rank == 0:
             save_result(result)
     finally:
-        dist.destroy_process_group()
+        finish_worker()
 
 
 if __name__ == "__main__":

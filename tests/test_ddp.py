@@ -150,7 +150,7 @@ def _sync_bn_worker(rank, world, port, queue):
                       (synced.weight.grad - ref.weight.grad).abs().max().item(),
                       (synced.running_var - ref.running_var).abs().max().item(),
                       float(type(synced).__name__ == "GlooSyncBatchNorm2d")]))
-    dist.destroy_process_group()
+    dx.finish_worker()
 
 
 def test_gloo_sync_batchnorm_equals_batchnorm_on_the_whole_batch():

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+import torch
 
 import d2l_extras as dx
 from d2l_extras.distributed import is_loopback
@@ -27,7 +28,7 @@ def worker_dir(tmp_path, monkeypatch):
         print(f"rank {rank} of {world}: {t.tolist()}", flush=True)
         if rank == 0:
             dx.save_result({"sum": t.tolist(), "world": world})
-        dist.destroy_process_group()
+        dx.finish_worker()
     """))
     (tmp_path / "bad_worker.py").write_text(textwrap.dedent("""
         import torch, torch.distributed as dist
@@ -36,6 +37,17 @@ def worker_dir(tmp_path, monkeypatch):
         if rank == 1:
             raise ValueError("rank 1 cannot go on")
         dist.all_reduce(torch.ones(1))  # rank 0 waits here for a peer that is gone
+    """))
+    (tmp_path / "leave_worker.py").write_text(textwrap.dedent("""
+        import time, torch, torch.distributed as dist
+        import d2l_extras as dx
+        rank, world, device = dx.init_worker(timeout_s=30)
+        if rank == 1:
+            time.sleep(1)  # rank 0 leaves while its all_reduce still waits for rank 1
+        dist.all_reduce(torch.ones(1000), async_op=True)  # only gloo's thread holds the tensor
+        dx.finish_worker()
+        if rank == 0:
+            dx.save_result({"left": not dist.is_initialized()})
     """))
     # Each worker starts a child that ignores SIGTERM (as a slow daemon might), writes both
     # pids with their start times to D2L_PID_DIR, then sleeps, fails (rank 1) or exits.
@@ -129,6 +141,11 @@ def test_free_port_is_bindable():
         s.bind(("127.0.0.1", port))
 
 
+def test_finish_worker_outside_a_group_does_nothing():
+    assert not torch.distributed.is_initialized()
+    assert dx.finish_worker() is None
+
+
 def test_torchrun_command():
     cmd = dx.torchrun_command("pkg.mod", 2, ["--epochs", 3], master_port=1234)
     assert cmd[:3] == [sys.executable, "-m", "torch.distributed.run"]
@@ -148,6 +165,13 @@ def test_launch_returns_output_and_result(worker_dir):
     run = dx.launch("ok_worker", 2, timeout=120, echo=False)
     assert run.result == {"sum": [3.0, 3.0, 3.0], "world": 2}
     assert any("rank 1 of 2" in line for line in run.output)
+
+
+def test_finish_worker_leaves_while_gloo_still_holds_a_tensor(worker_dir):
+    # gloo's thread frees that tensor, which takes the GIL. torch < 2.8 froze here every time
+    # with a plain destroy_process_group, which held the GIL (pytorch/pytorch#154976).
+    run = dx.launch("leave_worker", 2, timeout=60, echo=False)
+    assert run.result == {"left": True}
 
 
 def test_failing_worker_fails_fast_with_its_message(worker_dir):
@@ -320,7 +344,7 @@ def test_single_machine_run_listens_on_loopback_only(worker_dir):
         while not (folder / "done").exists() and time.monotonic() < end:
             time.sleep(0.05)
         dist.barrier()
-        dist.destroy_process_group()
+        dx.finish_worker()
     """))
     sockets = []
 

@@ -23,7 +23,7 @@ def one_process_group():
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{dx.free_port()}", rank=0,
                             world_size=1, timeout=datetime.timedelta(seconds=30))
     yield
-    dist.destroy_process_group()
+    dx.finish_worker()
     if old is None:
         os.environ.pop("GLOO_SOCKET_IFNAME", None)
     else:
