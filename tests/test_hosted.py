@@ -8,6 +8,7 @@ import importlib.machinery
 import importlib.metadata
 import importlib.util
 import json
+import os
 import re
 import subprocess
 import sys
@@ -192,6 +193,22 @@ def test_setup_says_what_to_do_with_an_old_python(monkeypatch):
 
 
 # ---------------------------------------------------------------- make compat's pieces
+
+def test_find_python_takes_a_runnable_interpreter_else_pyenvs(tmp_path):
+    assert compat.find_python(sys.executable, tmp_path) == sys.executable
+    # A name on PATH that does not run (a pyenv shim) loses to pyenv's own copy, which runs.
+    shim = tmp_path / "shims" / "python9.9"
+    copy = tmp_path / "pyenv" / "versions" / "9.9.1" / "bin" / "python9.9"
+    for path, body in ((shim, "exit 127"), (copy, f'exec "{sys.executable}" "$@"')):
+        path.parent.mkdir(parents=True)
+        path.write_text(f"#!/bin/sh\n{body}\n")
+        path.chmod(0o755)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PATH", f"{shim.parent}{os.pathsep}{os.environ['PATH']}")
+        assert compat.find_python("python9.9", tmp_path / "pyenv") == str(copy)
+        copy.unlink()
+        assert compat.find_python("python9.9", tmp_path / "pyenv") == "python9.9"
+
 
 def test_torch_requirements_pin_torch_and_keep_the_rest():
     reqs = compat.torch_requirements("2.6")

@@ -73,6 +73,17 @@ def hosted_requirements() -> list[str]:
         + HOSTED_PACKAGES
 
 
+def find_python(name: str, pyenv_root: Path | None = None) -> str:
+    """An interpreter called `name` that runs: on PATH, else pyenv's; else `name`, for uv."""
+    root = pyenv_root or Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
+    # A pyenv shim on PATH fails unless that version is selected, so we try pyenv's own copies.
+    for candidate in [shutil.which(name), *sorted(root.glob(f"versions/*/bin/{name}"))]:
+        if candidate and subprocess.run([str(candidate), "-c", ""],
+                                        capture_output=True).returncode == 0:
+            return str(candidate)
+    return name  # uv looks further, or downloads it where it may
+
+
 def make_env(env: Path, python: str, requirements: list[str], log) -> Path:
     """A new environment at `env` (with pip, as hosted platforms have) holding `requirements`."""
     shutil.rmtree(env, ignore_errors=True)
@@ -193,6 +204,7 @@ def compat(python: str, versions: list[str], out: Path, hosted: bool = True) -> 
     import torch
 
     out.mkdir(parents=True, exist_ok=True)
+    python = find_python(python)
     rows = []
     for version in versions:
         env = out / f"torch-{version}"
