@@ -105,6 +105,28 @@ def test_embed_figures_names_a_missing_file(tmp_path):
         hosted.embed_figures(cell, tmp_path)
 
 
+def test_embed_figures_keeps_the_source_type_and_leaves_other_links(tmp_path):
+    (tmp_path / "x.png").write_bytes(b"first")
+    stored = {"cell_type": "markdown", "metadata": {}, "source": ["![A](../images/x.png)\n"]}
+    node = {"cell_type": "markdown", "metadata": {}, "source": "![A](../images/x.png)\n"}
+    for cell in (stored, node):
+        hosted.embed_figures(cell, tmp_path)
+    assert stored["source"] == ["![A](data:image/png;base64,Zmlyc3Q=)\n"]
+    assert node["source"] == "![A](data:image/png;base64,Zmlyc3Q=)\n"
+    other = "![x](../../../../etc/hostname) ![y](https://a/b.png)"
+    cell = {"cell_type": "markdown", "metadata": {}, "source": other}
+    hosted.embed_figures(cell, tmp_path)
+    assert cell["source"] == other and "figures" not in cell["metadata"]
+
+
+def test_title_of_takes_the_first_markdown_heading():
+    stored = {"cells": [{"cell_type": "code", "source": ["# a comment"]},
+                        {"cell_type": "markdown", "source": ["Intro\n", "# The title\n"]}]}
+    assert hosted.title_of(stored) == "The title"
+    assert hosted.title_of({"cells": [{"cell_type": "markdown", "source": "## Sub\n"}]}) == "Sub"
+    assert hosted.title_of({"cells": [{"cell_type": "markdown", "source": "no heading"}]}) == ""
+
+
 def test_apply_adds_the_cells_once_and_keeps_the_rest():
     nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {"kernelspec": {"name": "k"}},
           "cells": [{"cell_type": "markdown", "id": "t", "metadata": {}, "source": ["# Title"]},

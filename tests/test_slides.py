@@ -11,7 +11,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import nbformat
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -254,12 +253,6 @@ def test_notebook_without_slide_metadata_is_still_cut_into_slides(tmp_path, caps
     rows = nbsite.build("slides", [path], tmp_path / "out", ROOT / "notebooks")
     assert rows[0]["slides"] == SECTIONS
     assert "run python tools/nbmeta.py" in capsys.readouterr().out
-
-
-def test_image_outside_the_repository_is_not_embedded(tmp_path):
-    nb = nbformat.from_dict(notebook([md("![x](../../../../etc/hostname)"), md("![y](https://a/b.png)")]))
-    assert nbsite.embed_markdown_images(nb, ROOT / "notebooks") == 0
-    assert nb.cells[1].source == "![y](https://a/b.png)"
 
 
 def test_command_line_builds_into_the_given_directory(tmp_path):

@@ -126,10 +126,11 @@ def embed_figures(cell: dict, images: Path = IMAGES) -> None:
         data = base64.b64encode((images / name).read_bytes()).decode("ascii")
         return f"![{match.group(1)}](data:image/png;base64,{data})"
 
-    src = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+    text = isinstance(cell["source"], str)  # nbformat's nodes hold text, stored files lines
+    src = cell["source"] if text else "".join(cell["source"])
     new = _DATA_FIGURE.sub(embed, src)
     if used:
-        cell["source"] = new.splitlines(keepends=True)
+        cell["source"] = new if text else new.splitlines(keepends=True)
         cell.setdefault("metadata", {})["figures"] = used
 
 
@@ -173,15 +174,23 @@ def apply(nb: dict, path: str, info: dict | None = None) -> dict:
 README_START, README_END = "<!-- launch badges: start -->", "<!-- launch badges: end -->"
 
 
+def title_of(nb: dict) -> str:
+    """A notebook's first Markdown heading (stored JSON or an nbformat node), or ''."""
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "markdown":
+            src = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+            for line in src.splitlines():
+                if line.startswith("#"):
+                    return line.lstrip("#").strip()
+    return ""
+
+
 def readme_table(notebooks: list[Path], info: dict | None = None) -> str:
     """The README's table of launch badges, one row per notebook (from its first heading)."""
     info = info or project()
     rows = ["| notebook | open it with a free GPU |", "| --- | --- |"]
     for path in notebooks:
-        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
-        title = next((line.lstrip("# ").strip() for c in cells if c["cell_type"] == "markdown"
-                      for line in "".join(c["source"]).splitlines() if line.startswith("# ")),
-                     path.stem)
+        title = title_of(json.loads(path.read_text(encoding="utf-8"))) or path.stem
         rel = path.resolve().relative_to(ROOT).as_posix()
         rows.append(f"| {path.stem[:2]} {title} | {badges(rel, info)} |")
     return "\n".join(rows)

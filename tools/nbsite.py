@@ -6,18 +6,15 @@
 The notebooks given are executed copies (`make report` writes them); the output directory gets one
 file per notebook, an index.html that lists them with the hardware each one ran on, and local
 copies of reveal.js and MathJax, so that the decks and pages work without a network (in class).
-Figures the notebooks show with Markdown (`![caption](../images/NAME.png)`) are looked up beside
-the stored notebooks (--source) and embedded, so every page is a single file plus those copies.
+Figures are embedded in the notebooks (data URIs); one still linked as `../images/NAME.png` is read
+from the images/ folder beside --source and embedded, so each page is one file plus those copies.
 """
 from __future__ import annotations
 
 import argparse
-import base64
 import html
 import importlib.util
 import json
-import mimetypes
-import re
 import shutil
 import sys
 from pathlib import Path
@@ -26,16 +23,16 @@ import nbformat
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATES = Path(__file__).resolve().parent / "site" / "templates"
-try:  # the slide rules live in one place: tools/nbmeta.py
-    from tools import nbmeta
+try:  # the slide rules (nbmeta) and the figures and titles (hosted) live in one place each
+    from tools import hosted, nbmeta
 except ImportError:  # run as a script (python tools/nbsite.py): tools/ is on sys.path
+    import hosted
     import nbmeta
 
 # Served from the network only when the packages that ship a local copy are missing.
 REVEAL_CDN = "https://unpkg.com/reveal.js@5.2.0"
 MATHJAX_CDN = "https://cdnjs.cloudflare.com/ajax/libs/mathjax/2.7.7/MathJax.js"
 MATHJAX_CONFIG = "?config=TeX-AMS-MML_HTMLorMML-full,Safe"
-_MD_IMAGE = re.compile(r"!\[([^\]]*)\]\(\s*([^)\s]+)(\s+\"[^\"]*\")?\s*\)")
 
 
 def _package_dir(name: str, *parts: str) -> Path | None:
@@ -86,47 +83,6 @@ def copy_assets(out: Path, slides: bool) -> dict:
             print("notice: sphinx-revealjs is not installed; the decks load reveal.js from a CDN "
                   "and need the network when presented")
     return urls
-
-
-def embed_markdown_images(nb, source_dir: Path) -> int:
-    """Turn `![c](../images/x.png)` into cell attachments, so the page carries the picture.
-
-    Paths are resolved against `source_dir` (where the stored notebook lives, since the executed
-    copy lives elsewhere) and must stay inside the repository. Returns how many were embedded.
-    """
-    count = 0
-    for cell in nb.cells:
-        if cell.cell_type != "markdown":
-            continue
-
-        def attach(match: re.Match) -> str:
-            nonlocal count
-            alt, src, title = match.group(1), match.group(2), match.group(3) or ""
-            if re.match(r"^[a-z][a-z0-9+.-]*:", src, re.I):   # http:, data:, attachment:
-                return match.group(0)
-            path = (source_dir / src).resolve()
-            if not path.is_file() or ROOT not in path.parents:
-                print(f"warning: image {src} not found under {ROOT}; the page links to it as is")
-                return match.group(0)
-            mime = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
-            name = path.name
-            cell.setdefault("attachments", {})[name] = {
-                mime: base64.b64encode(path.read_bytes()).decode("ascii")}
-            count += 1
-            return f"![{alt}](attachment:{name}{title})"
-
-        cell.source = _MD_IMAGE.sub(attach, cell.source)
-    return count
-
-
-def title_of(nb) -> str:
-    """The notebook's first heading."""
-    for cell in nb.cells:
-        if cell.cell_type == "markdown":
-            for line in cell.source.splitlines():
-                if line.startswith("#"):
-                    return line.lstrip("#").strip()
-    return ""
 
 
 def hardware_of(nb) -> str:
@@ -183,12 +139,14 @@ def build(kind: str, notebooks: list[Path], out: Path, source_dir: Path,
             nb = nbformat.from_dict(nbmeta.apply(nb))
         # The launch badges load from the platforms' sites; the pages work offline without them.
         nb.cells = [c for c in nb.cells if "launch" not in c.metadata.get("tags", [])]
-        embed_markdown_images(nb, source_dir)
+        for cell in nb.cells:  # a figure still linked as ../images/NAME.png is embedded
+            if cell.cell_type == "markdown":
+                hosted.embed_figures(cell, source_dir.parent / "images")
         body, _ = exporter.from_notebook_node(nb, resources={
-            "metadata": {"name": title_of(nb) or path.stem, "path": str(source_dir)}})
+            "metadata": {"name": hosted.title_of(nb) or path.stem, "path": str(source_dir)}})
         target = out / (path.stem + (".slides.html" if kind == "slides" else ".html"))
         target.write_text(body, encoding="utf-8")
-        rows.append({"file": target.name, "notebook": path.name, "title": title_of(nb),
+        rows.append({"file": target.name, "notebook": path.name, "title": hosted.title_of(nb),
                      "hardware": hardware_of(nb), "executed": was_executed(nb),
                      "slides": sum(c.metadata.get("slideshow", {}).get("slide_type") == "slide"
                                    for c in nb.cells)})
