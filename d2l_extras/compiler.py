@@ -47,9 +47,11 @@ def _quiet_import(name: str) -> None:
 
 # Installed on import: the notice is logged once, at the first compile, which in the notebooks
 # comes after dx.compile_support() or dx.maybe_compile() has imported this module. Older releases
-# (2.6, 2.7) print it instead, when that module is imported: import it here, quietly.
+# (2.6, 2.7) print it instead, when that module is imported: import it here, quietly (0.2 s,
+# which newer releases do not pay).
 _install_filter()
-if "torch.utils.cpp_extension" not in sys.modules and not torch.cuda.is_available():
+if torch.__version__ < "2.8" and "torch.utils.cpp_extension" not in sys.modules \
+        and not torch.cuda.is_available():
     _quiet_import("torch.utils.cpp_extension")
 
 
