@@ -119,6 +119,12 @@ def test_embed_figures_keeps_the_source_type_and_leaves_other_links(tmp_path):
     assert cell["source"] == other and "figures" not in cell["metadata"]
 
 
+def test_source_text_joins_stored_lines_and_keeps_text():
+    assert hosted.source_text({"source": ["a\n", "b"]}) == "a\nb"
+    assert hosted.source_text({"source": "a\nb"}) == "a\nb"
+    assert hosted.source_text({}) == ""
+
+
 def test_title_of_takes_the_first_markdown_heading():
     stored = {"cells": [{"cell_type": "code", "source": ["# a comment"]},
                         {"cell_type": "markdown", "source": ["Intro\n", "# The title\n"]}]}

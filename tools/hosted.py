@@ -108,6 +108,12 @@ _DATA_FIGURE = re.compile(r"!\[([^\]]*)\]\((?:\.\./images/([\w.-]+\.png)"
                           r"|data:image/png;base64,[A-Za-z0-9+/=]+)\)")
 
 
+def source_text(cell: dict) -> str:
+    """A cell's source as one string, whether stored as lines (JSON) or text (nbformat)."""
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else src
+
+
 def embed_figures(cell: dict, images: Path = IMAGES) -> None:
     """Put each figure of a Markdown cell in it as a data URI; name the files in its metadata.
 
@@ -127,8 +133,7 @@ def embed_figures(cell: dict, images: Path = IMAGES) -> None:
         return f"![{match.group(1)}](data:image/png;base64,{data})"
 
     text = isinstance(cell["source"], str)  # nbformat's nodes hold text, stored files lines
-    src = cell["source"] if text else "".join(cell["source"])
-    new = _DATA_FIGURE.sub(embed, src)
+    new = _DATA_FIGURE.sub(embed, source_text(cell))
     if used:
         cell["source"] = new if text else new.splitlines(keepends=True)
         cell.setdefault("metadata", {})["figures"] = used
@@ -178,8 +183,7 @@ def title_of(nb: dict) -> str:
     """A notebook's first Markdown heading (stored JSON or an nbformat node), or ''."""
     for cell in nb["cells"]:
         if cell["cell_type"] == "markdown":
-            src = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
-            for line in src.splitlines():
+            for line in source_text(cell).splitlines():
                 if line.startswith("#"):
                     return line.lstrip("#").strip()
     return ""

@@ -56,16 +56,11 @@ _HEADING = re.compile(r"(#{1,6})\s")
 NO_SLIDE = hosted.NO_SLIDE  # the cell tag that keeps a cell out of the decks
 
 
-def _source(cell: dict) -> str:
-    src = cell.get("source", "")
-    return "".join(src) if isinstance(src, list) else src
-
-
 def heading_level(cell: dict) -> int:
     """Level of the Markdown heading a cell starts with (1 for `#`), 0 if none."""
     if cell.get("cell_type") != "markdown":
         return 0
-    text = _source(cell).lstrip("\n")
+    text = hosted.source_text(cell).lstrip("\n")
     match = _HEADING.match(text.lstrip(" ")) if text else None
     return len(match.group(1)) if match else 0
 
@@ -73,7 +68,7 @@ def heading_level(cell: dict) -> int:
 def cell_lines(cell: dict) -> int:
     """Lines a cell takes on a slide, estimated from its source alone."""
     # A figure embedded as a data URI is one picture, however long its text.
-    src = _DATA_URI.sub("data:)", _source(cell))
+    src = _DATA_URI.sub("data:)", hosted.source_text(cell))
     lines = sum(max(1, math.ceil(len(line) / WRAP)) for line in src.splitlines())
     if cell.get("cell_type") == "markdown":
         return lines + FIGURE_LINES * len(_FIGURE_IN_MARKDOWN.findall(src))
@@ -89,7 +84,7 @@ def hidden(cell: dict) -> bool:
 
 def draws(cell: dict) -> bool:
     """True if a code cell draws a plot (matplotlib or a d2l_extras/d2l plotting helper)."""
-    return cell.get("cell_type") == "code" and bool(_FIGURE_IN_CODE.search(_source(cell)))
+    return cell.get("cell_type") == "code" and bool(_FIGURE_IN_CODE.search(hosted.source_text(cell)))
 
 
 def slide_types(cells: list[dict]) -> list[str]:
