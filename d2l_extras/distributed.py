@@ -362,6 +362,21 @@ def init_worker(timeout_s: float = 60) -> tuple[int, int, torch.device]:
     return rank, world, device
 
 
+def wait_for(work: Any, timeout: datetime.timedelta) -> None:
+    """Wait for an async collective or send/recv: stream-ordered on NCCL, at most `timeout` else."""
+    import torch.distributed as dist
+
+    # NCCL's wait(timeout) keeps the host polling the GPU, with a sleep of 1 to 10 ms between
+    # polls (WorkNCCL::wait in ProcessGroupNCCL.cpp), so every step would cost a sleep; without
+    # a timeout it only makes the current stream wait for the collective. A dead peer still
+    # cannot hang NCCL: the group's own timeout (init_worker) aborts it, and dx.launch stops the
+    # job at its timeout. gloo's wait(timeout) sleeps on a condition variable: keep the bound.
+    if dist.get_backend() == "nccl":
+        work.wait()
+    else:
+        work.wait(timeout)
+
+
 def finish_worker() -> None:
     """In a worker: leave torch.distributed (free the process group); no-op when not in one."""
     import torch.distributed as dist

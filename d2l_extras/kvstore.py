@@ -3,7 +3,7 @@
 Every process is a worker and a server: each key has one owner rank that holds its value.
 `push(key, grad)` sends every worker's gradient to the owner, which aggregates them (and, with
 a learning rate, takes an SGD step); `pull(key)` sends the owner's value to every worker. All
-processes call push and pull in the same order (like collectives); every wait has a timeout.
+processes call push and pull in the same order (like collectives); a dead peer raises, never hangs.
 Shards are checkpointed atomically (temporary file, fsync, os.replace, fsync of the directory;
 a step counts as acknowledged only once every shard of it is on disk), so a restarted job loses
 nothing acknowledged, and a restart removes the temporary files a crash left behind.
@@ -33,6 +33,7 @@ from typing import Mapping, Sequence
 import torch
 from torch import nn
 
+from .distributed import wait_for
 from .hardware import whole_number
 
 COMMIT_FILE = "committed.json"
@@ -136,7 +137,7 @@ class KVStore:
     def _run(self, ops: list) -> None:
         if ops:
             for work in self.dist.batch_isend_irecv(ops):
-                work.wait(self.timeout)  # raises instead of hanging when a peer is gone
+                wait_for(work, self.timeout)  # a dead peer raises instead of hanging
 
     def push(self, key: str, value: torch.Tensor) -> None:
         """Send value for key to its owner, which aggregates all workers' values."""
@@ -215,7 +216,8 @@ class KVStore:
     # -- checkpoints --------------------------------------------------------------------------
     def _barrier(self) -> None:
         flag = torch.ones(1, device=self.device)
-        self.dist.all_reduce(flag, async_op=True).wait(self.timeout)
+        wait_for(self.dist.all_reduce(flag, async_op=True), self.timeout)
+        flag.item()  # holds the host too: on NCCL the wait only orders the GPU's stream
 
     def save(self, directory: str, step: int) -> None:
         """Checkpoint every shard at `step`, then commit it (collective; atomic on each rank)."""
@@ -409,7 +411,7 @@ def train_allreduce(net: nn.Module, X: torch.Tensor, y: torch.Tensor, steps: int
         grads = gradients(net, X[idx].to(device), y[idx].to(device))
         with torch.no_grad():
             for name, p in net.named_parameters():
-                dist.all_reduce(grads[name], async_op=True).wait(timeout)
+                wait_for(dist.all_reduce(grads[name], async_op=True), timeout)
                 p -= lr * grads[name] / world
 
 
@@ -521,7 +523,8 @@ def task_check(args, device) -> dict:
         pulled, stepped = store.pull_all(list(shapes)), {k: sgd.pull(k) for k in shapes}
         for k in shapes:
             total = grads[k].clone()
-            dist.all_reduce(total, async_op=True).wait(datetime.timedelta(seconds=args.timeout))
+            wait_for(dist.all_reduce(total, async_op=True),
+                     datetime.timedelta(seconds=args.timeout))
             torch.testing.assert_close(pulled[k], total)
             start[k] = start[k].to(device) - 0.5 * total / dist.get_world_size()
             torch.testing.assert_close(stepped[k], start[k])

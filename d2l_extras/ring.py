@@ -131,9 +131,12 @@ def reduce_reference(tensors: Sequence[torch.Tensor], op: str = "sum") -> torch.
 def ring_allreduce_dist(tensor: torch.Tensor, timeout_s: float = 60.0) -> torch.Tensor:
     """Sum `tensor` over all processes in place with a ring of send/recv; returns it.
 
-    Every wait is bounded by timeout_s: a dead neighbour raises instead of hanging.
+    A dead neighbour raises instead of hanging: on gloo every wait is bounded by timeout_s; on
+    NCCL the waits only order the GPU's stream, and the group's timeout ends a hang.
     """
     import torch.distributed as dist
+
+    from .distributed import wait_for
 
     if not dist.is_initialized():
         raise RuntimeError("ring_allreduce_dist needs torch.distributed: call dx.init_worker() "
@@ -153,7 +156,7 @@ def ring_allreduce_dist(tensor: torch.Tensor, timeout_s: float = 60.0) -> torch.
         # Post the send and the receive together: with NCCL, two blocking sends would deadlock.
         ops = [dist.P2POp(dist.isend, send, right), dist.P2POp(dist.irecv, recv, left)]
         for work in dist.batch_isend_irecv(ops):
-            work.wait(timeout)
+            wait_for(work, timeout)
 
     for s in range(n - 1):  # reduce-scatter: add what the left neighbour sends
         target = chunks[(rank - s - 1) % n]

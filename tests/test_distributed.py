@@ -1,3 +1,4 @@
+import datetime
 import os
 import signal
 import socket
@@ -14,6 +15,8 @@ import torch
 
 import d2l_extras as dx
 from d2l_extras.distributed import is_loopback
+
+LIMIT = datetime.timedelta(seconds=7)
 
 
 @pytest.fixture
@@ -144,6 +147,27 @@ def test_free_port_is_bindable():
 def test_finish_worker_outside_a_group_does_nothing():
     assert not torch.distributed.is_initialized()
     assert dx.finish_worker() is None
+
+
+class FakeWork:
+    """A work handle that records how it was waited for."""
+
+    def __init__(self):
+        self.waits = []
+
+    def wait(self, *timeout):
+        self.waits.append(timeout)
+        return True
+
+
+@pytest.mark.parametrize("backend, expected", [("nccl", ()), ("gloo", (LIMIT,))])
+def test_wait_for_orders_the_stream_on_nccl_and_bounds_the_wait_on_gloo(
+        monkeypatch, backend, expected):
+    # NCCL's wait(timeout) polls the GPU with a sleep between polls: never pass one there.
+    monkeypatch.setattr(torch.distributed, "get_backend", lambda group=None: backend)
+    work = FakeWork()
+    dx.wait_for(work, LIMIT)
+    assert work.waits == [expected]
 
 
 def test_torchrun_command():

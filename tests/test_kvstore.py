@@ -37,6 +37,29 @@ def test_store_needs_a_process_group():
         kv.KVStore()
 
 
+@pytest.mark.parametrize("backend", ["nccl", "gloo"])
+def test_checkpoint_barrier_waits_as_the_backend_needs(one_process_group, monkeypatch,
+                                                       tmp_path, backend):
+    # On NCCL a wait with a timeout polls with sleeps: the store waits stream-ordered there.
+    store, waits, real = kv.KVStore(device="cpu", timeout_s=9), [], dist.all_reduce
+
+    class Recorded:
+        def __init__(self, work):
+            self.work = work
+
+        def wait(self, *timeout):
+            waits.append(timeout)
+            return self.work.wait()
+
+    monkeypatch.setattr(dist, "all_reduce", lambda t, async_op=False: Recorded(
+        real(t, async_op=True)))
+    monkeypatch.setattr(dist, "get_backend", lambda group=None: backend)
+    store.init("w", torch.zeros(3))
+    store.save(str(tmp_path), step=1)
+    bound = () if backend == "nccl" else (datetime.timedelta(seconds=9),)
+    assert waits == [bound, bound]  # shards written; step committed
+
+
 def test_push_aggregates_and_pull_retrieves(one_process_group):
     store = kv.KVStore()
     store.init("w", torch.zeros(3))

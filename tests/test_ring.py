@@ -1,10 +1,15 @@
 """Ring allreduce: simulated on a list of tensors, and between torch.distributed processes."""
+import datetime
+from types import SimpleNamespace
+
 import pytest
 import torch
 
 import d2l_extras as dx
 from d2l_extras.ring import (bus_bandwidth, check_input, message_sizes_mb, process_counts,
                              reduce_reference, ring_allreduce, ring_allreduce_dist)
+
+LIMIT = datetime.timedelta(seconds=7)
 
 
 @pytest.mark.parametrize("n", range(1, 9))
@@ -92,6 +97,30 @@ def test_bus_bandwidth():
 def test_dist_ring_needs_a_process_group():
     with pytest.raises(RuntimeError, match="init_worker"):
         ring_allreduce_dist(torch.zeros(4))
+
+
+@pytest.mark.parametrize("backend, expected", [("nccl", ()), ("gloo", (LIMIT,))])
+def test_dist_ring_waits_stream_ordered_on_nccl(monkeypatch, backend, expected):
+    # Rank 0 of two, with a fake group whose sends arrive at once: every one of the ring's
+    # 2 (n-1) steps posts a send and a receive, and each is waited for as dx.wait_for says.
+    dist, works = torch.distributed, []
+
+    class Work:
+        def wait(self, *timeout):
+            self.timeout = timeout
+
+    def batch_isend_irecv(ops):
+        ops[1].tensor.copy_(ops[0].tensor)
+        works.extend(Work() for _ in ops)
+        return works[-len(ops):]
+
+    for name, value in {"is_initialized": lambda: True, "get_rank": lambda: 0,
+                        "get_world_size": lambda: 2, "get_backend": lambda g=None: backend,
+                        "batch_isend_irecv": batch_isend_irecv,
+                        "P2POp": lambda op, tensor, peer: SimpleNamespace(tensor=tensor)}.items():
+        monkeypatch.setattr(dist, name, value)
+    ring_allreduce_dist(torch.ones(6), timeout_s=LIMIT.total_seconds())
+    assert len(works) == 4 and all(w.timeout == expected for w in works)
 
 
 @pytest.mark.parametrize("gpus, expected", [
