@@ -17,7 +17,8 @@ _EXPORTS = {
               "problem_size", "wanted_size"],
     # figures a notebook measured, collected by `make report`
     "report": ["notice", "read_records", "record"],
-    "hardware": ["accelerators", "cpu_name", "default_device", "devices", "fit_to_memory",
+    "hardware": ["accelerators", "cpu_name", "default_device", "devices", "expected_gpus",
+                 "fit_to_memory",
                  "free_memory", "hardware_report", "hardware_rows", "package_source",
                  "platform_name", "positive_number", "square_side", "whole_number"],
     "timing": ["Benchmark", "Measurement", "TickClock", "format_seconds", "synchronize"],

@@ -155,32 +155,48 @@ def _gib(n_bytes: float) -> str:
     return f"{n_bytes / GiB:.1f} GiB"
 
 
-# On a GPU test runner, D2L_EXPECT_GPU=1 turns "no GPU visible" from a quiet simulation into an
-# error, so a runner that lost its GPU cannot pass by skipping every GPU check.
-EXPECT_GPU_VAR = "D2L_EXPECT_GPU"
+# On a GPU test runner, D2L_EXPECT_GPUS=N turns "fewer than N GPUs visible" from a quiet
+# simulation into an error, so a runner that lost a GPU cannot pass by skipping or simulating
+# the GPU, NCCL and peer-to-peer paths; D2L_EXPECT_GPU=1 is the same as D2L_EXPECT_GPUS=1.
+EXPECT_GPU_VAR, EXPECT_GPUS_VAR = "D2L_EXPECT_GPU", "D2L_EXPECT_GPUS"
 
 
-def _gpu_expected() -> bool:
-    raw = os.environ.get(EXPECT_GPU_VAR, "")
+def expected_gpus(environ: Mapping[str, str] | None = None) -> int:
+    """The CUDA GPUs this machine must show: D2L_EXPECT_GPUS=N, 1 for D2L_EXPECT_GPU=1, else 0."""
+    environ = os.environ if environ is None else environ
+    raw = environ.get(EXPECT_GPUS_VAR, "").strip()
+    if raw:
+        if not raw.isdigit():
+            raise ValueError(f"{EXPECT_GPUS_VAR}={raw!r}: set it to the number of CUDA GPUs "
+                             "this machine must show (0 for none required), or unset it")
+        return int(raw)
+    raw = environ.get(EXPECT_GPU_VAR, "")
     value = raw.strip().lower()
     if value in ("", "0", "false", "no", "off"):
-        return False
+        return 0
     if value in ("1", "true", "yes", "on"):
-        return True
+        return 1
     raise ValueError(f"{EXPECT_GPU_VAR}={raw!r}: set it to 1 (a CUDA GPU must be visible) or 0 "
                      "(run on whatever is there), or unset it")
 
 
 def _check_expected_gpu(report: dict) -> None:
-    if _gpu_expected() and not any(a["device"].startswith("cuda") for a in report["accelerators"]):
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        raise RuntimeError(
-            f"{EXPECT_GPU_VAR}=1 says this machine has a CUDA GPU, but torch sees none "
-            f"(torch {report['torch']}, "
-            + (f"CUDA build {report['cuda_build']}" if report["cuda_build"] else
-               "a CPU-only build: install a CUDA build of torch")
-            + (f", CUDA_VISIBLE_DEVICES={visible!r}" if visible is not None else "")
-            + "). Check `nvidia-smi` and the driver, or unset D2L_EXPECT_GPU to run without a GPU.")
+    wanted = expected_gpus()
+    found = sum(a["device"].startswith("cuda") for a in report["accelerators"])
+    if found >= wanted:
+        return
+    var = f"{EXPECT_GPUS_VAR}={wanted}" if os.environ.get(EXPECT_GPUS_VAR, "").strip() \
+        else f"{EXPECT_GPU_VAR}=1"
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    raise RuntimeError(
+        f"{var} says this machine has "
+        + ("a CUDA GPU" if wanted == 1 else f"{wanted} CUDA GPUs")
+        + f", but torch sees {found or 'none'} (torch {report['torch']}, "
+        + (f"CUDA build {report['cuda_build']}" if report["cuda_build"] else
+           "a CPU-only build: install a CUDA build of torch")
+        + (f", CUDA_VISIBLE_DEVICES={visible!r}" if visible is not None else "")
+        + f"). Check `nvidia-smi` and the driver, or set {EXPECT_GPUS_VAR} to the number of GPUs "
+        "the machine has (fewer GPUs: the multi-GPU paths are simulated).")
 
 
 def platform_name(environ: Mapping[str, str] | None = None, home: str | None = None) -> str:
@@ -230,7 +246,7 @@ def hardware_rows(report: dict) -> list[tuple[str, str]]:
 
 
 def hardware_report(verbose: bool = True) -> dict:
-    """Print (and return) CPU, RAM, accelerators, torch and profile; raise if D2L_EXPECT_GPU=1 and no GPU."""
+    """Print (and return) CPU, RAM, GPUs, torch and profile; raise if expected GPUs are missing."""
     mem = psutil.virtual_memory()
     report: dict = {
         "cpu": cpu_name(),

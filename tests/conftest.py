@@ -39,6 +39,15 @@ def pytest_configure(config):
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    # A GPU runner short of the GPUs it promises (D2L_EXPECT_GPUS=N, D2L_EXPECT_GPU=1) stops
+    # here, before any test can skip or simulate its way to a pass: every notebook's first
+    # cell makes the same check.
+    import d2l_extras as dx
+
+    try:
+        dx.hardware_report(verbose=False)
+    except (RuntimeError, ValueError) as err:
+        raise pytest.UsageError(str(err)) from None
 
 
 def _running(p: psutil.Process) -> bool:

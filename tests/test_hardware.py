@@ -1,3 +1,8 @@
+import os
+import pathlib
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -107,6 +112,65 @@ def test_whole_number_names_what_was_wrong(bad):
 
 class _FakeGPU:
     name, total_memory, major, minor = "Fake GPU", 8 * 1024 ** 3, 9, 0
+
+
+@pytest.fixture(autouse=True)
+def no_gpu_promised(monkeypatch):
+    """Each test sets what it expects; a GPU runner's own D2L_EXPECT_GPU(S) stays out."""
+    monkeypatch.delenv("D2L_EXPECT_GPU", raising=False)
+    monkeypatch.delenv("D2L_EXPECT_GPUS", raising=False)
+
+
+@pytest.mark.parametrize("environ, expected", [
+    ({}, 0), ({"D2L_EXPECT_GPU": "0"}, 0), ({"D2L_EXPECT_GPU": "1"}, 1),
+    ({"D2L_EXPECT_GPUS": "4"}, 4), ({"D2L_EXPECT_GPUS": " 2 ", "D2L_EXPECT_GPU": "1"}, 2),
+    ({"D2L_EXPECT_GPUS": "0", "D2L_EXPECT_GPU": "1"}, 0), ({"D2L_EXPECT_GPUS": ""}, 0)])
+def test_expected_gpus_reads_the_count_or_the_flag(environ, expected):
+    assert dx.expected_gpus(environ) == expected
+
+
+@pytest.mark.parametrize("value", ["two", "-1", "1.5"])
+def test_expected_gpus_rejects_what_is_not_a_count(value):
+    with pytest.raises(ValueError, match=r"D2L_EXPECT_GPUS='.*': set it to the number"):
+        dx.expected_gpus({"D2L_EXPECT_GPUS": value})
+
+
+def _fake_gpus(monkeypatch, n):
+    monkeypatch.setattr(hardware, "accelerators", lambda: [torch.device("cuda", i)
+                                                           for i in range(n)])
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda dev: _FakeGPU)
+    monkeypatch.setattr(hardware, "free_memory", lambda dev: 1024 ** 3)
+
+
+@pytest.mark.parametrize("visible", [0, 1, 3])
+def test_a_runner_with_fewer_gpus_than_promised_is_refused(monkeypatch, visible):
+    # D2L_EXPECT_GPUS=4 on a machine that shows fewer: the NCCL and peer-to-peer paths would
+    # otherwise be simulated on the GPUs there are, and the run would pass.
+    monkeypatch.setenv("D2L_EXPECT_GPUS", "4")
+    _fake_gpus(monkeypatch, visible)
+    with pytest.raises(RuntimeError, match=rf"D2L_EXPECT_GPUS=4 says this machine has 4 CUDA "
+                                           rf"GPUs, but torch sees {visible or 'none'}"):
+        dx.hardware_report(verbose=False)
+
+
+@pytest.mark.parametrize("visible", [4, 8])
+def test_a_runner_with_the_gpus_promised_passes(monkeypatch, visible):
+    monkeypatch.setenv("D2L_EXPECT_GPUS", "4")
+    _fake_gpus(monkeypatch, visible)
+    assert len(dx.hardware_report(verbose=False)["accelerators"]) == visible
+
+
+def test_the_test_suite_refuses_a_runner_short_of_gpus(tmp_path):
+    # tests/conftest.py checks before any test runs: none can pass by skipping.
+    (tmp_path / "conftest.py").write_text(
+        (pathlib.Path(__file__).parent / "conftest.py").read_text(encoding="utf-8"))
+    (tmp_path / "test_gpu.py").write_text("def test_skipped_without_a_gpu():\n    pass\n")
+    env = {**os.environ, "D2L_EXPECT_GPUS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "."],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == pytest.ExitCode.USAGE_ERROR, run.stdout + run.stderr
+    assert "D2L_EXPECT_GPUS=1 says this machine has a CUDA GPU" in run.stderr
+    assert "1 passed" not in run.stdout
 
 
 @pytest.mark.parametrize("value", ["1", "true", "YES", " on "])

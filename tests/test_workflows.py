@@ -35,7 +35,11 @@ def test_cpu_job_runs_the_readme_command_on_each_supported_python(jobs):
 def test_gpu_job_uses_its_own_environment_with_gpu_checks_on(jobs):
     gpu = jobs["gpu"]
     assert {"self-hosted", "gpu"} <= set(gpu["runs-on"])
-    assert gpu["env"]["D2L_PROFILE"] == "class" and gpu["env"]["D2L_EXPECT_GPU"] == "1"
+    assert gpu["env"]["D2L_PROFILE"] == "class"
+    # The runner must show its GPUs, at least 2 unless its maintainer says it has one: with
+    # one GPU, NCCL, DDP and peer-to-peer paths would run simulated and pass.
+    assert gpu["env"]["D2L_EXPECT_GPUS"] == "${{ vars.GPU_RUNNER_GPUS || '2' }}"
+    assert "D2L_EXPECT_GPU" not in gpu["env"]
     commands = runs(gpu)
     assert any(re.match(r"make test USE_CURRENT_ENV=1\b", c) for c in commands), commands
     assert any(re.match(r"make report USE_CURRENT_ENV=1\b", c) for c in commands), commands

@@ -190,7 +190,7 @@ def _hardware() -> tuple[dict | None, str | None]:
     import d2l_extras as dx
     try:
         return dx.hardware_report(verbose=False), None
-    except (RuntimeError, ValueError) as err:  # D2L_EXPECT_GPU=1 without a GPU, a bad profile
+    except (RuntimeError, ValueError) as err:  # GPUs expected but missing, a bad profile
         return None, str(err)
 
 
