@@ -170,16 +170,18 @@ def ring_allreduce_dist(tensor: torch.Tensor, timeout_s: float = 60.0) -> torch.
 def process_counts(gpus: int) -> list[int]:
     """How many processes to run the ring with, given the number of GPUs here (0 to 8, or more).
 
-    Always 2 and 4 (gloo on the CPU where there are fewer GPUs than processes, since NCCL
-    needs one GPU per process), plus one process per GPU when there are more than 4 GPUs. Two
-    counts a factor 2 apart tell the cost models apart (a link per neighbour keeps the bus
-    bandwidth level; one shared machine halves it), and every count is a job that takes seconds
-    to start.
+    Every count runs on one backend, so that their bus bandwidths compare like with like: NCCL,
+    one GPU per process, wherever there are 2 GPUs or more (2, then up to 4, then all of them);
+    else gloo on the CPU with 2 and 4. Two counts tell the cost models apart (a link per
+    neighbour keeps the bus bandwidth level; one shared machine divides it by the count), and
+    every count is a job that takes seconds to start. With exactly 2 GPUs there is one count.
     """
     from .hardware import whole_number
 
     gpus = whole_number(gpus, "gpus (0 on a CPU-only machine)", minimum=0)
-    return [2, 4] + ([gpus] if gpus > 4 else [])
+    if gpus < 2:
+        return [2, 4]
+    return sorted({2, min(gpus, 4), gpus})
 
 
 def message_sizes_mb(nproc: int, gpus: int, count: int = 4, budget: int | None = None

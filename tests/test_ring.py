@@ -124,11 +124,14 @@ def test_dist_ring_waits_stream_ordered_on_nccl(monkeypatch, backend, expected):
 
 
 @pytest.mark.parametrize("gpus, expected", [
-    (0, [2, 4]), (1, [2, 4]), (2, [2, 4]), (3, [2, 4]), (4, [2, 4]),
+    (0, [2, 4]), (1, [2, 4]), (2, [2]), (3, [2, 3]), (4, [2, 4]),
     (5, [2, 4, 5]), (6, [2, 4, 6]), (7, [2, 4, 7]), (8, [2, 4, 8]),
 ])
 def test_process_counts_for_0_to_8_gpus(gpus, expected):
-    assert process_counts(gpus) == expected
+    counts = process_counts(gpus)
+    assert counts == expected
+    # One backend for all: NCCL needs a GPU per process (every count fits), else gloo (none does).
+    assert all(n <= gpus for n in counts) or all(n > gpus for n in counts)
 
 
 @pytest.mark.parametrize("bad", [-1, 1.5, True, "2", None])
@@ -171,6 +174,18 @@ def test_check_input_depends_on_the_rank_only():
     torch.manual_seed(456)
     assert torch.equal(a, check_input(1)) and not torch.equal(a, check_input(2))
     assert a.shape == (1001,) and a.dtype == torch.float32
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.skipif(dx.expected_gpus() < 2, reason="a GPU runner's test (D2L_EXPECT_GPUS >= 2)")
+def test_dist_ring_runs_on_nccl_over_every_gpu_promised():
+    # On a runner that promises N GPUs, the ring runs on all N with NCCL, not gloo on the CPU.
+    n = dx.expected_gpus()
+    run = dx.launch("d2l_extras.ring", n, ["--sizes-mb", 1, "--repeats", 1], timeout=120,
+                    echo=False)
+    assert run.result["world"] == n and run.result["backend"] == "nccl"
+    expected = reduce_reference([check_input(r) for r in range(n)])
+    torch.testing.assert_close(torch.tensor(run.result["check"]), expected)
 
 
 @pytest.mark.timeout(150)
