@@ -360,7 +360,10 @@ def train(args: argparse.Namespace) -> dict:
     steps, start = 0, time.perf_counter()
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)
-        stats = torch.zeros(2, dtype=torch.float64, device=device)  # loss sum, examples
+        loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+        # Examples are counted on the host: torch.tensor(len(y), device=cuda) would copy from
+        # host memory and then wait for the stream (a blocking copy): a wait in every step.
+        seen = 0
         with Benchmark(devices=[device], verbose=False) as clock:
             for X, y in loader:
                 X, y = X.to(device, non_blocking=True), y.to(device, non_blocking=True)
@@ -370,14 +373,15 @@ def train(args: argparse.Namespace) -> dict:
                 optimizer.step()
                 if args.sync_every_step:
                     loss.item()  # the host waits until the device has finished this step
-                stats += torch.stack([loss.detach().double() * len(y),
-                                      torch.tensor(len(y), dtype=torch.float64, device=device)])
+                loss_sum += loss.detach().double() * len(y)  # queued on the device, no wait
+                seen += len(y)
                 steps += 1
                 if rank == args.crash_rank:
                     raise RuntimeError(f"rank {rank} failed on purpose after step {steps} "
                                        "(--crash-rank)")
                 if args.max_steps and steps >= args.max_steps:
                     break
+        stats = torch.stack([loss_sum, torch.full_like(loss_sum, seen)])  # a fill, no copy
         dist.all_reduce(stats)
         counts = _count_correct(model.module, test_loader, device)
         dist.all_reduce(counts)

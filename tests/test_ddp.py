@@ -178,8 +178,8 @@ def test_sync_batchnorm_converts_every_batchnorm():
     assert kinds == ["GlooSyncBatchNorm2d"] * 17  # the stem and two per residual block
 
 
-def test_one_process_without_torchrun(monkeypatch, capsys):
-    # What `python -m d2l_extras.ddp` does by itself: a process group of one.
+def train_alone(monkeypatch, argv):
+    """What `python -m d2l_extras.ddp ARGV` does by itself: train in a process group of one."""
     monkeypatch.setenv("D2L_PROFILE", "ci")
     monkeypatch.setenv("D2L_BACKEND", "gloo")
     for name, value in dict(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
@@ -189,11 +189,45 @@ def test_one_process_without_torchrun(monkeypatch, capsys):
     threads = torch.get_num_threads()
     try:
         ddp.main(["--epochs", "1", "--n-train", "64", "--n-test", "32", "--width", "4",
-                  "--batch-size", "16", "--max-steps", "2", "--threads", "1"])
+                  "--batch-size", "16", "--threads", "1", "--data", "digits", *argv])
     finally:
         torch.set_num_threads(threads)
+
+
+def test_one_process_without_torchrun(monkeypatch, capsys):
+    train_alone(monkeypatch, ["--max-steps", "2"])
     out = capsys.readouterr().out
     assert '"processes": 1' in out and '"steps": 2' in out
+
+
+def test_the_training_loop_never_waits_for_the_device(monkeypatch, capsys):
+    # On a GPU the host waits for the stream when it copies a tensor made from host data to the
+    # device (torch.tensor(..., device=cuda)) and when it reads one back (.item()). The loop
+    # must do neither per step, unless --sync-every-step asks for one loss.item() per step.
+    calls = {"tensor on a device": 0, "item": 0}
+    real_tensor, real_item = torch.tensor, torch.Tensor.item
+
+    def tensor(*args, **kwargs):
+        calls["tensor on a device"] += kwargs.get("device") is not None
+        return real_tensor(*args, **kwargs)
+
+    def item(self):
+        calls["item"] += 1
+        return real_item(self)
+
+    monkeypatch.setattr(torch, "tensor", tensor)
+    monkeypatch.setattr(torch.Tensor, "item", item)
+
+    def calls_in(argv):
+        before = dict(calls)
+        train_alone(monkeypatch, argv)
+        assert f'"steps": {argv[1]}' in capsys.readouterr().out
+        return {key: calls[key] - before[key] for key in calls}
+
+    two = calls_in(["--max-steps", "2"])
+    four = calls_in(["--max-steps", "4", "--sync-every-step"])  # 2 more steps, 4 barriers
+    assert four["tensor on a device"] == two["tensor on a device"], (two, four)
+    assert four["item"] == two["item"] + 4, (two, four)
 
 
 def test_step_timeline_names_rows_and_kinds_in_one_process():
