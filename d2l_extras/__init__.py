@@ -28,8 +28,8 @@ _EXPORTS = {
     "distributed": ["LaunchResult", "WorkerError", "finish_worker", "free_port", "init_worker",
                     "launch", "save_result", "torchrun_command", "worker_exit_codes"],
     # asynchronous computation, automatic parallelism: profiler timelines
-    "profiling": ["TimelineEvent", "busy_time", "overlap_time", "profile_trace",
-                  "record_timeline", "trace_events"],
+    "profiling": ["TimelineEvent", "busy_time", "launch_stacks", "overlap_time",
+                  "profile_trace", "record_timeline", "trace_events"],
     # hardware: measurements of this machine
     "hwbench": ["Gather", "GpuPeak", "Kernel", "Loopback", "LoopVsVector", "PUBLISHED_PEAKS",
                 "Rate", "Roof", "StorageReads", "attainable", "cache_sizes",

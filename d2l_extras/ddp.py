@@ -22,6 +22,7 @@ import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass, field
+from math import inf
 from typing import Callable, Sequence
 
 import torch
@@ -38,7 +39,7 @@ from .hardware import whole_number
 from .models import init_weights, resnet18
 from .parallel import even_batch_size
 from .profiles import by_profile
-from .profiling import TimelineEvent, profile_trace, trace_events
+from .profiling import TimelineEvent, launch_stacks, profile_trace, trace_events
 from .report import notice
 from .timing import Benchmark
 
@@ -230,17 +231,36 @@ def no_sync_check(device: torch.device, micro_batch: int = 4, seed: int = 0) -> 
             "micro_batch": micro_batch, "global_batch": len(X)}
 
 
-# What a profiled step's events are, for the timeline: kind by name on the main thread.
-def _kind(name: str, lane_has_gloo: bool) -> str:
-    if "all_reduce" in name or "allreduce" in name or "nccl" in name.lower():
-        return "allreduce"
-    if "broadcast" in name:
-        return "broadcast"
+# Communication ops and kernels, by how their names begin: NCCL's kernels (ncclDevKernel_...,
+# ncclKernel_... before NCCL 2.19) and the profiler's ops of a collective (nccl:all_reduce,
+# gloo:broadcast, c10d::allreduce_, record_param_comms).
+_COMM_PREFIXES = ("nccl", "gloo:", "mpi:", "ucc:", "c10d::", "record_param_comms")
+# The collectives as names spell them once "_" is dropped; the longer word first
+# (allreduce before reduce, sendrecv before send).
+_COLLECTIVES = ("allreduce", "reducescatter", "allgather", "alltoall", "broadcast", "sendrecv",
+                "send", "recv", "reduce", "scatter", "gather", "barrier")
+
+
+def collective(name: str) -> str | None:
+    """The collective an op or kernel runs ('allreduce', 'broadcast'...), from its name.
+
+    None for computation; 'communication' where the name does not say which collective
+    (record_param_comms, or NCCL's generic kernel ncclDevKernel_Generic).
+    """
+    flat = name.lower().removeprefix("void ")
+    if not flat.startswith(_COMM_PREFIXES):
+        return None
+    flat = flat.split("(")[0].replace("_", "")  # the arguments name no collective
+    return next((word for word in _COLLECTIVES if word in flat), "communication")
+
+
+def _phase(name: str) -> str:
+    # Which part of a training step a CPU op belongs to, by its name.
     if "Backward" in name or "evaluate_function" in name or "backward" in name:
         return "backward"
     if "Optimizer" in name or "sgd" in name.lower():
         return "optimizer"
-    return "communication" if lane_has_gloo else "forward"
+    return "forward"
 
 
 def comm_overlap(events: Sequence[dict | TimelineEvent]) -> dict:
@@ -263,25 +283,38 @@ def comm_overlap(events: Sequence[dict | TimelineEvent]) -> dict:
 
 def step_timeline(step: Callable[[], object], device: torch.device) -> list[dict]:
     """Profile one call of step(); return its events as dicts (lane, start, kind...) for JSON."""
-    events = trace_events(profile_trace(step, [device]))
+    trace = profile_trace(step, [device])
+    events, stacks = trace_events(trace), launch_stacks(trace)
     # gloo runs its collectives on threads of its own: lanes that hold nothing else
     lanes: dict[str, bool] = {}
     for ev in events:
-        comm = ev.name.startswith(("gloo:", "nccl:"))
-        lanes[ev.lane] = lanes.get(ev.lane, True) and comm
+        lanes[ev.lane] = lanes.get(ev.lane, True) and collective(ev.name) is not None
     comm = {lane for lane, only_comm in lanes.items() if only_comm and lane.startswith("CPU")}
-    kinds, found = [], {}
+    backward_end = max((ev.end for ev in events
+                        if ev.kind == "cpu op" and _phase(ev.name) == "backward"), default=inf)
+
+    def cpu_kind(ev: TimelineEvent) -> str:
+        if ev.lane in comm:
+            return collective(ev.name)
+        # What runs after the last backward op is the optimizer's update, whatever its op names.
+        # A collective called here only starts one (on gloo's threads, or as a GPU kernel).
+        phase = _phase(ev.name)
+        return "optimizer" if phase == "forward" and ev.start >= backward_end else phase
+
+    kinds = []
     for ev in events:
         if ev.kind == "cpu op":
-            kind = _kind(ev.name, ev.lane in comm)
-        else:  # on a GPU: NCCL's allreduce is a kernel of its own, beside the compute kernels
-            kind = "allreduce" if "nccl" in ev.name.lower() else ev.kind
-        kinds.append(kind)
-    # What runs after the last backward op is the optimizer's update, whatever its op names.
-    ends = [ev.end for ev, kind in zip(events, kinds) if kind == "backward"]
-    if ends:
-        kinds = ["optimizer" if kind == "forward" and ev.start >= max(ends) else kind
-                 for ev, kind in zip(events, kinds)]
+            kinds.append(cpu_kind(ev))
+            continue
+        # On a GPU a collective is a kernel of its own (NCCL's), beside the compute kernels,
+        # which run later than their launch: each is the part of the step that launched it.
+        stack = stacks.get(ev, [])  # the CPU ops around its launch, outermost first
+        kind = collective(ev.name)
+        if kind == "communication":  # a generic NCCL kernel: the op that launched it says
+            named = [collective(op.name) for op in stack]
+            kind = next((c for c in reversed(named) if c not in (None, "communication")), kind)
+        kinds.append(kind or (cpu_kind(stack[0]) if stack else ev.kind))
+    found: dict[str, set] = {}
     for ev, kind in zip(events, kinds):
         found.setdefault(ev.lane, set()).add(kind)
     # Name the rows by what they do: "CPU thread 0 (forward, backward)", "communication thread 1"

@@ -92,6 +92,114 @@ def test_comm_overlap_reads_a_timeline():
         ddp.comm_overlap(timeline[:2])
 
 
+@pytest.mark.parametrize("name, kind", [
+    ("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "allreduce"),
+    ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)", "allreduce"),  # NCCL before 2.19
+    ("ncclDevKernel_Broadcast_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "broadcast"),
+    ("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+     "reducescatter"),
+    ("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "allgather"),
+    ("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", "sendrecv"),
+    ("ncclDevKernel_Reduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "reduce"),
+    ("ncclDevKernel_Generic_1(ncclDevKernelArgsStorage<4096ul>)", "communication"),
+    ("nccl:all_reduce", "allreduce"), ("nccl:broadcast", "broadcast"),
+    ("nccl:_reduce_scatter_base", "reducescatter"), ("nccl:recv 0<-1", "recv"),
+    ("gloo:all_reduce", "allreduce"), ("gloo:broadcast", "broadcast"),
+    ("c10d::allreduce_", "allreduce"), ("c10d::broadcast_", "broadcast"),
+    ("record_param_comms", "communication"),
+    ("aten::broadcast_tensors", None), ("autograd::engine::evaluate_function: SumBackward0", None),
+    ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float>>(...)", None),
+])
+def test_collective_reads_the_collective_from_the_name(name, kind):
+    assert ddp.collective(name) == kind
+
+
+US = 1e-6
+BROADCAST = "ncclDevKernel_Broadcast_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+ALLREDUCE = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+
+
+def ddp_gpu_trace(allreduce_at, broadcast=BROADCAST, allreduce=ALLREDUCE):
+    """One DDP step on cuda:0 as Kineto records it, times in us.
+
+    The main thread runs forward, where DDP broadcasts the buffers (NCCL, stream 20, while the
+    forward kernel runs on stream 7), and the optimizer; autograd's thread runs backward and
+    launches the bucket's allreduce (stream 20) at `allreduce_at` (None: no allreduce). The CPU
+    runs ahead: its backward ops end at 380 us, the GPU's backward kernel at 745 us.
+    """
+    events = []
+
+    def op(name, tid, ts, dur, cat="cpu_op"):
+        events.append({"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts,
+                       "dur": dur, "args": {}})
+
+    def launch(correlation, tid, ts, kernel, stream, start, dur):
+        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1,
+                       "tid": tid, "ts": ts, "dur": 3, "args": {"correlation": correlation}})
+        events.append({"ph": "X", "cat": "kernel", "name": kernel, "pid": 0, "tid": stream,
+                       "ts": start, "dur": dur,
+                       "args": {"device": 0, "stream": stream, "correlation": correlation}})
+
+    main, autograd = 31337, 31400
+    op("DistributedDataParallel.forward", main, 0, 300)
+    op("c10d::broadcast_", main, 10, 30)
+    op("record_param_comms", main, 12, 26)
+    op("nccl:broadcast", main, 14, 22, "user_annotation")
+    launch(1, main, 20, broadcast, 20, 25, 130)
+    op("aten::conv2d", main, 50, 50)
+    launch(2, main, 60, "sm90_xmma_fprop_implicit_gemm_f32f32", 7, 70, 200)
+    op("aten::cross_entropy_loss", main, 300, 20)
+    launch(3, main, 310, "nll_loss_forward_reduce_cuda_kernel_2d", 7, 320, 20)
+    op("autograd::engine::evaluate_function: ConvolutionBackward0", autograd, 330, 30)
+    launch(4, autograd, 340, "sm90_xmma_dgrad_implicit_gemm_f32f32", 7, 345, 400)
+    op("autograd::engine::evaluate_function: torch::autograd::AccumulateGrad", autograd, 360, 20)
+    op("c10d::allreduce_", autograd, 365, 13)
+    op("record_param_comms", autograd, 366, 11)
+    op("nccl:all_reduce", autograd, 367, 9, "user_annotation")
+    if allreduce_at is not None:
+        launch(5, autograd, 370, allreduce, 20, allreduce_at, 200)
+    op("Optimizer.step#SGD.step", main, 400, 50)
+    launch(6, main, 420, "multi_tensor_apply_kernel", 7, 960, 50)  # after DDP's wait
+    return {"traceEvents": events}
+
+
+def gpu_timeline(monkeypatch, trace):
+    monkeypatch.setattr(ddp, "profile_trace", lambda step, devices: trace)
+    return ddp.step_timeline(lambda: None, torch.device("cuda", 0))
+
+
+@pytest.mark.parametrize("broadcast, allreduce", [
+    (BROADCAST, ALLREDUCE),
+    ("ncclKernel_Broadcast_RING_LL_Sum_int8_t(ncclWorkElem)",  # NCCL before 2.19
+     "ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)"),
+    # a generic kernel: the op that launched it (nccl:broadcast, nccl:all_reduce) says which
+    ("ncclDevKernel_Generic_1(ncclDevKernelArgsStorage<4096ul>)",) * 2,
+])
+def test_a_gpu_step_reads_overlap_from_allreduce_kernels_only(monkeypatch, broadcast, allreduce):
+    # The allreduce runs (400-600 us) while the GPU still computes backward (345-745 us),
+    # although the CPU launched all of backward by 380 us.
+    timeline = gpu_timeline(monkeypatch, ddp_gpu_trace(400, broadcast, allreduce))
+    kinds = {round(ev["start"] / US): ev["kind"] for ev in timeline
+             if ev["lane"].startswith("cuda")}  # each kernel, by its start in us
+    assert kinds == {25: "broadcast", 70: "forward", 320: "forward", 345: "backward",
+                     400: "allreduce", 960: "optimizer"}
+    assert {ev["lane"] for ev in timeline} >= {"cuda:0 stream 7 (forward, backward)",
+                                               "cuda:0 stream 20"}
+    overlap = ddp.comm_overlap(timeline)
+    assert overlap["allreduces"] == 1  # the broadcast is no allreduce
+    assert overlap["backward_end"] == pytest.approx(745 * US)  # the GPU's, not the CPU's
+    assert overlap["first_allreduce"] == pytest.approx(400 * US)
+    assert overlap["overlapped_seconds"] == pytest.approx(200 * US)
+
+    # The allreduce after backward (750 us): no overlap, though the broadcast overlapped forward.
+    overlap = ddp.comm_overlap(gpu_timeline(monkeypatch, ddp_gpu_trace(750, broadcast, allreduce)))
+    assert overlap["first_allreduce"] >= overlap["backward_end"]
+    assert overlap["overlapped_seconds"] == 0.0
+    # Broadcasts alone are no allreduce to read overlap from.
+    with pytest.raises(ValueError, match="backward and allreduce"):
+        ddp.comm_overlap(gpu_timeline(monkeypatch, ddp_gpu_trace(None, broadcast, allreduce)))
+
+
 def test_two_gloo_processes_train_above_chance(monkeypatch):
     monkeypatch.setenv("D2L_PROFILE", "ci")
     run = dx.launch("d2l_extras.ddp", 2, ["--epochs", "2", "--threads", "1", "--profile",
