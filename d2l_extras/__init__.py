@@ -26,7 +26,8 @@ _EXPORTS = {
     "compiler": ["compile_support", "last_level_cache", "maybe_compile", "memory_regime",
                  "speed_verdict"],
     "distributed": ["LaunchResult", "WorkerError", "finish_worker", "free_port", "init_worker",
-                    "launch", "save_result", "torchrun_command", "worker_exit_codes"],
+                    "launch", "save_result", "torchrun_command", "worker_device",
+                    "worker_exit_codes"],
     # asynchronous computation, automatic parallelism: profiler timelines
     "profiling": ["TimelineEvent", "busy_time", "launch_stacks", "overlap_time",
                   "profile_trace", "record_timeline", "trace_events"],

@@ -34,13 +34,14 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from torch.utils.data.distributed import DistributedSampler
 
 from .data import SOURCES, default_sizes, load_images
-from .distributed import finish_worker, free_port, init_worker, save_result
+from .distributed import finish_worker, free_port, init_worker, save_result, worker_device
 from .hardware import whole_number
 from .models import init_weights, resnet18
 from .parallel import even_batch_size
 from .profiles import by_profile
 from .profiling import TimelineEvent, launch_stacks, profile_trace, trace_events
 from .report import notice
+from .sizes import problem_size
 from .timing import Benchmark
 
 
@@ -151,31 +152,53 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 @dataclass
 class RunPlan:
-    """How notebook 06 compares 1 process with k: the processes, batch and where they run."""
+    """How notebook 06 compares 1 process with k: the processes, batch, where they run, sizes."""
 
     k: int                      # processes of the parallel run
     batch_size: int             # global batch, a multiple of k
     device: str                 # "cuda": one NCCL process per GPU; "cpu": gloo, 1 thread each
     args: list[str] = field(default_factory=list)     # extra ddp arguments of both runs
     env: dict[str, str] = field(default_factory=dict)  # environment of both runs
-    gpu_alone: bool = False     # exactly one GPU: also time one process on it
+    gpu_args: list[str] = field(default_factory=list)  # exactly one GPU: one process timed on it
 
     @property
     def per_process(self) -> int:
         """Examples per process and step in the k-process run."""
         return self.batch_size // self.k
 
+    @property
+    def gpu_alone(self) -> bool:
+        """True with exactly one GPU: one process is also timed on it (with gpu_args)."""
+        return bool(self.gpu_args)
 
-def run_plan(n_gpus: int, batch_size: int) -> RunPlan:
-    """Plan 1 vs k processes for n_gpus GPUs: k = n_gpus (>= 2), else 2 CPU processes."""
+    @property
+    def width(self) -> int:
+        """ResNet-18's width in the 1- and k-process runs (sized for `device`)."""
+        return int(self.args[self.args.index("--width") + 1])
+
+
+def run_sizes(device: str, budget: int | None = None) -> list[str]:
+    """--width and --n-train of a run on device ('cpu' or 'cuda'), from the size policy."""
+    return ["--width", str(problem_size("ddp_width", device, budget=budget)),
+            "--n-train", str(problem_size("ddp_images", device, budget=budget))]
+
+
+def run_plan(n_gpus: int, batch_size: int, budget: int | None = None) -> RunPlan:
+    """Plan 1 vs k processes for n_gpus GPUs: k = n_gpus (>= 2), else 2 CPU processes.
+
+    Each run is sized for the device its processes will use (worker_device, as init_worker
+    decides); `budget` (bytes) stands for that device's free memory, as in problem_size.
+    """
     n_gpus = whole_number(n_gpus, "n_gpus", minimum=0)
-    if n_gpus >= 2:  # NCCL needs a GPU of its own for every process
-        k = n_gpus
-        return RunPlan(k, even_batch_size(batch_size, k), "cuda")
+    k = max(n_gpus, 2)
+    if worker_device(k, n_gpus=n_gpus).type == "cuda":  # a GPU of its own for every process
+        return RunPlan(k, even_batch_size(batch_size, k), "cuda", run_sizes("cuda", budget))
     # No GPU per process: k = 2 CPU processes with one thread each (a core stands in for a
-    # device), even beside one GPU, whose single process is then timed apart.
-    return RunPlan(2, even_batch_size(batch_size, 2), "cpu", ["--threads", "1"],
-                   {"D2L_BACKEND": "gloo"}, gpu_alone=n_gpus == 1)
+    # device), even beside one GPU, whose single process is then timed apart, at a GPU's sizes.
+    alone = worker_device(1, n_gpus=n_gpus).type == "cuda"
+    return RunPlan(2, even_batch_size(batch_size, 2), "cpu",
+                   ["--threads", "1", *run_sizes("cpu", budget)], {"D2L_BACKEND": "gloo"},
+                   run_sizes("cuda", budget) if alone else [])
 
 
 def shard_loaders(train_set: Dataset, test_set: Dataset, batch_size: int, world: int, rank: int,

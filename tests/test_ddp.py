@@ -29,17 +29,55 @@ def test_bad_arguments_are_refused():
         ddp.parse_args(["--bucket-mb", "0"])
 
 
+GB = 10 ** 9
+
+
 @pytest.mark.parametrize("n_gpus", range(0, 9))
-def test_run_plan_for_every_gpu_count(n_gpus):
+def test_run_plan_for_every_gpu_count(monkeypatch, n_gpus):
+    monkeypatch.delenv("D2L_BACKEND", raising=False)
     for batch in (64, 128, 256):
-        plan = ddp.run_plan(n_gpus, batch)
+        plan = ddp.run_plan(n_gpus, batch, budget=80 * GB)
         assert plan.k == (n_gpus if n_gpus >= 2 else 2)
         assert plan.batch_size % plan.k == 0 and batch <= plan.batch_size < batch + plan.k
         assert plan.per_process * plan.k == plan.batch_size
         assert plan.device == ("cuda" if n_gpus >= 2 else "cpu")
         assert plan.gpu_alone == (n_gpus == 1)
         assert ("--threads" in plan.args) == (n_gpus < 2)
-        ddp.parse_args(["--batch-size", str(plan.batch_size), *plan.args])  # a valid command
+        for args in (plan.args, plan.gpu_args):  # valid commands
+            ddp.parse_args(["--batch-size", str(plan.batch_size), *args])
+
+
+@pytest.mark.parametrize("n_gpus", [0, 1, 2, 4])
+@pytest.mark.parametrize("prof", ["ci", "class", "full"])
+def test_every_run_of_notebook_06_is_sized_for_the_device_it_uses(monkeypatch, n_gpus, prof):
+    # 06 plans with the GPUs it sees; each run must get the sizes of the device its workers
+    # will pick (init_worker): one GPU leaves the 1- and 2-process runs on the CPU.
+    monkeypatch.setenv("D2L_PROFILE", prof)
+    monkeypatch.delenv("D2L_BACKEND", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: n_gpus > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: n_gpus)
+    plan = ddp.run_plan(torch.cuda.device_count(), 64, budget=80 * GB)
+    with monkeypatch.context() as env:  # both runs start with plan.env
+        for name, value in plan.env.items():
+            env.setenv(name, value)
+        assert {dx.worker_device(n).type for n in (1, plan.k)} == {plan.device}
+    cpu, gpu = {"ci": (8, 256), "class": (16, 256), "full": (32, 4096)}[prof], \
+        {"ci": (16, 1024), "class": (64, 4096), "full": (64, 60000)}[prof]
+    sizes = lambda args: (ddp.parse_args(args).width, ddp.parse_args(args).n_train)  # noqa: E731
+    assert sizes(plan.args) == (gpu if n_gpus >= 2 else cpu)
+    assert plan.width == sizes(plan.args)[0]
+    if n_gpus == 1:  # the lone GPU's run: on the GPU, at its sizes
+        assert dx.worker_device(1).type == "cuda" and sizes(plan.gpu_args) == gpu
+    else:
+        assert plan.gpu_args == []
+
+
+def test_run_sizes_fit_the_memory_of_the_device(monkeypatch):
+    monkeypatch.setenv("D2L_PROFILE", "class")
+    assert ddp.run_sizes("cuda", budget=80 * GB) == ["--width", "64", "--n-train", "4096"]
+    assert ddp.run_sizes("cpu", budget=80 * GB) == ["--width", "16", "--n-train", "256"]
+    # A quarter of 2 GB holds 20 channels of 24 MB: a narrower network, not an error.
+    assert ddp.run_sizes("cuda", budget=2 * GB)[:2] == ["--width", "20"]
 
 
 def test_run_plan_rejects_bad_counts():
