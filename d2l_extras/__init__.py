@@ -27,10 +27,11 @@ _EXPORTS = {
     "compiler": ["compile_support", "last_level_cache", "maybe_compile", "memory_regime",
                  "speed_verdict"],
     "distributed": ["LaunchResult", "WorkerError", "finish_worker", "free_port", "init_worker",
-                    "launch", "save_result", "torchrun_command", "wait_for", "worker_exit_codes"],
+                    "launch", "save_result", "torchrun_command", "wait_for", "worker_device",
+                    "worker_exit_codes"],
     # asynchronous computation, automatic parallelism: profiler timelines
-    "profiling": ["TimelineEvent", "busy_time", "overlap_time", "profile_trace",
-                  "record_timeline", "trace_events"],
+    "profiling": ["TimelineEvent", "busy_time", "launch_stacks", "overlap_time",
+                  "profile_trace", "record_timeline", "trace_events"],
     # hardware: measurements of this machine
     "hwbench": ["Gather", "GpuPeak", "Kernel", "Loopback", "LoopVsVector", "PUBLISHED_PEAKS",
                 "Rate", "Roof", "StorageReads", "attainable", "cache_sizes",

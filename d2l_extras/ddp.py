@@ -22,6 +22,7 @@ import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass, field
+from math import inf
 from typing import Callable, Sequence
 
 import torch
@@ -33,13 +34,14 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from torch.utils.data.distributed import DistributedSampler
 
 from .data import SOURCES, default_sizes, load_images
-from .distributed import finish_worker, free_port, init_worker, save_result
+from .distributed import finish_worker, free_port, init_worker, save_result, worker_device
 from .hardware import whole_number
 from .models import init_weights, resnet18
 from .parallel import even_batch_size
 from .profiles import by_profile
-from .profiling import TimelineEvent, profile_trace, trace_events
+from .profiling import TimelineEvent, launch_stacks, profile_trace, trace_events
 from .report import notice
+from .sizes import problem_size
 from .timing import Benchmark
 
 
@@ -150,31 +152,53 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 @dataclass
 class RunPlan:
-    """How notebook 06 compares 1 process with k: the processes, batch and where they run."""
+    """How notebook 06 compares 1 process with k: the processes, batch, where they run, sizes."""
 
     k: int                      # processes of the parallel run
     batch_size: int             # global batch, a multiple of k
     device: str                 # "cuda": one NCCL process per GPU; "cpu": gloo, 1 thread each
     args: list[str] = field(default_factory=list)     # extra ddp arguments of both runs
     env: dict[str, str] = field(default_factory=dict)  # environment of both runs
-    gpu_alone: bool = False     # exactly one GPU: also time one process on it
+    gpu_args: list[str] = field(default_factory=list)  # exactly one GPU: one process timed on it
 
     @property
     def per_process(self) -> int:
         """Examples per process and step in the k-process run."""
         return self.batch_size // self.k
 
+    @property
+    def gpu_alone(self) -> bool:
+        """True with exactly one GPU: one process is also timed on it (with gpu_args)."""
+        return bool(self.gpu_args)
 
-def run_plan(n_gpus: int, batch_size: int) -> RunPlan:
-    """Plan 1 vs k processes for n_gpus GPUs: k = n_gpus (>= 2), else 2 CPU processes."""
+    @property
+    def width(self) -> int:
+        """ResNet-18's width in the 1- and k-process runs (sized for `device`)."""
+        return int(self.args[self.args.index("--width") + 1])
+
+
+def run_sizes(device: str, budget: int | None = None) -> list[str]:
+    """--width and --n-train of a run on device ('cpu' or 'cuda'), from the size policy."""
+    return ["--width", str(problem_size("ddp_width", device, budget=budget)),
+            "--n-train", str(problem_size("ddp_images", device, budget=budget))]
+
+
+def run_plan(n_gpus: int, batch_size: int, budget: int | None = None) -> RunPlan:
+    """Plan 1 vs k processes for n_gpus GPUs: k = n_gpus (>= 2), else 2 CPU processes.
+
+    Each run is sized for the device its processes will use (worker_device, as init_worker
+    decides); `budget` (bytes) stands for that device's free memory, as in problem_size.
+    """
     n_gpus = whole_number(n_gpus, "n_gpus", minimum=0)
-    if n_gpus >= 2:  # NCCL needs a GPU of its own for every process
-        k = n_gpus
-        return RunPlan(k, even_batch_size(batch_size, k), "cuda")
+    k = max(n_gpus, 2)
+    if worker_device(k, n_gpus=n_gpus).type == "cuda":  # a GPU of its own for every process
+        return RunPlan(k, even_batch_size(batch_size, k), "cuda", run_sizes("cuda", budget))
     # No GPU per process: k = 2 CPU processes with one thread each (a core stands in for a
-    # device), even beside one GPU, whose single process is then timed apart.
-    return RunPlan(2, even_batch_size(batch_size, 2), "cpu", ["--threads", "1"],
-                   {"D2L_BACKEND": "gloo"}, gpu_alone=n_gpus == 1)
+    # device), even beside one GPU, whose single process is then timed apart, at a GPU's sizes.
+    alone = worker_device(1, n_gpus=n_gpus).type == "cuda"
+    return RunPlan(2, even_batch_size(batch_size, 2), "cpu",
+                   ["--threads", "1", *run_sizes("cpu", budget)], {"D2L_BACKEND": "gloo"},
+                   run_sizes("cuda", budget) if alone else [])
 
 
 def shard_loaders(train_set: Dataset, test_set: Dataset, batch_size: int, world: int, rank: int,
@@ -230,17 +254,36 @@ def no_sync_check(device: torch.device, micro_batch: int = 4, seed: int = 0) -> 
             "micro_batch": micro_batch, "global_batch": len(X)}
 
 
-# What a profiled step's events are, for the timeline: kind by name on the main thread.
-def _kind(name: str, lane_has_gloo: bool) -> str:
-    if "all_reduce" in name or "allreduce" in name or "nccl" in name.lower():
-        return "allreduce"
-    if "broadcast" in name:
-        return "broadcast"
+# Communication ops and kernels, by how their names begin: NCCL's kernels (ncclDevKernel_...,
+# ncclKernel_... before NCCL 2.19) and the profiler's ops of a collective (nccl:all_reduce,
+# gloo:broadcast, c10d::allreduce_, record_param_comms).
+_COMM_PREFIXES = ("nccl", "gloo:", "mpi:", "ucc:", "c10d::", "record_param_comms")
+# The collectives as names spell them once "_" is dropped; the longer word first
+# (allreduce before reduce, sendrecv before send).
+_COLLECTIVES = ("allreduce", "reducescatter", "allgather", "alltoall", "broadcast", "sendrecv",
+                "send", "recv", "reduce", "scatter", "gather", "barrier")
+
+
+def collective(name: str) -> str | None:
+    """The collective an op or kernel runs ('allreduce', 'broadcast'...), from its name.
+
+    None for computation; 'communication' where the name does not say which collective
+    (record_param_comms, or NCCL's generic kernel ncclDevKernel_Generic).
+    """
+    flat = name.lower().removeprefix("void ")
+    if not flat.startswith(_COMM_PREFIXES):
+        return None
+    flat = flat.split("(")[0].replace("_", "")  # the arguments name no collective
+    return next((word for word in _COLLECTIVES if word in flat), "communication")
+
+
+def _phase(name: str) -> str:
+    # Which part of a training step a CPU op belongs to, by its name.
     if "Backward" in name or "evaluate_function" in name or "backward" in name:
         return "backward"
     if "Optimizer" in name or "sgd" in name.lower():
         return "optimizer"
-    return "communication" if lane_has_gloo else "forward"
+    return "forward"
 
 
 def comm_overlap(events: Sequence[dict | TimelineEvent]) -> dict:
@@ -263,25 +306,38 @@ def comm_overlap(events: Sequence[dict | TimelineEvent]) -> dict:
 
 def step_timeline(step: Callable[[], object], device: torch.device) -> list[dict]:
     """Profile one call of step(); return its events as dicts (lane, start, kind...) for JSON."""
-    events = trace_events(profile_trace(step, [device]))
+    trace = profile_trace(step, [device])
+    events, stacks = trace_events(trace), launch_stacks(trace)
     # gloo runs its collectives on threads of its own: lanes that hold nothing else
     lanes: dict[str, bool] = {}
     for ev in events:
-        comm = ev.name.startswith(("gloo:", "nccl:"))
-        lanes[ev.lane] = lanes.get(ev.lane, True) and comm
+        lanes[ev.lane] = lanes.get(ev.lane, True) and collective(ev.name) is not None
     comm = {lane for lane, only_comm in lanes.items() if only_comm and lane.startswith("CPU")}
-    kinds, found = [], {}
+    backward_end = max((ev.end for ev in events
+                        if ev.kind == "cpu op" and _phase(ev.name) == "backward"), default=inf)
+
+    def cpu_kind(ev: TimelineEvent) -> str:
+        if ev.lane in comm:
+            return collective(ev.name)
+        # What runs after the last backward op is the optimizer's update, whatever its op names.
+        # A collective called here only starts one (on gloo's threads, or as a GPU kernel).
+        phase = _phase(ev.name)
+        return "optimizer" if phase == "forward" and ev.start >= backward_end else phase
+
+    kinds = []
     for ev in events:
         if ev.kind == "cpu op":
-            kind = _kind(ev.name, ev.lane in comm)
-        else:  # on a GPU: NCCL's allreduce is a kernel of its own, beside the compute kernels
-            kind = "allreduce" if "nccl" in ev.name.lower() else ev.kind
-        kinds.append(kind)
-    # What runs after the last backward op is the optimizer's update, whatever its op names.
-    ends = [ev.end for ev, kind in zip(events, kinds) if kind == "backward"]
-    if ends:
-        kinds = ["optimizer" if kind == "forward" and ev.start >= max(ends) else kind
-                 for ev, kind in zip(events, kinds)]
+            kinds.append(cpu_kind(ev))
+            continue
+        # On a GPU a collective is a kernel of its own (NCCL's), beside the compute kernels,
+        # which run later than their launch: each is the part of the step that launched it.
+        stack = stacks.get(ev, [])  # the CPU ops around its launch, outermost first
+        kind = collective(ev.name)
+        if kind == "communication":  # a generic NCCL kernel: the op that launched it says
+            named = [collective(op.name) for op in stack]
+            kind = next((c for c in reversed(named) if c not in (None, "communication")), kind)
+        kinds.append(kind or (cpu_kind(stack[0]) if stack else ev.kind))
+    found: dict[str, set] = {}
     for ev, kind in zip(events, kinds):
         found.setdefault(ev.lane, set()).add(kind)
     # Name the rows by what they do: "CPU thread 0 (forward, backward)", "communication thread 1"
@@ -360,7 +416,10 @@ def train(args: argparse.Namespace) -> dict:
     steps, start = 0, time.perf_counter()
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)
-        stats = torch.zeros(2, dtype=torch.float64, device=device)  # loss sum, examples
+        loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+        # Examples are counted on the host: torch.tensor(len(y), device=cuda) would copy from
+        # host memory and then wait for the stream (a blocking copy): a wait in every step.
+        seen = 0
         with Benchmark(devices=[device], verbose=False) as clock:
             for X, y in loader:
                 X, y = X.to(device, non_blocking=True), y.to(device, non_blocking=True)
@@ -370,14 +429,15 @@ def train(args: argparse.Namespace) -> dict:
                 optimizer.step()
                 if args.sync_every_step:
                     loss.item()  # the host waits until the device has finished this step
-                stats += torch.stack([loss.detach().double() * len(y),
-                                      torch.tensor(len(y), dtype=torch.float64, device=device)])
+                loss_sum += loss.detach().double() * len(y)  # queued on the device, no wait
+                seen += len(y)
                 steps += 1
                 if rank == args.crash_rank:
                     raise RuntimeError(f"rank {rank} failed on purpose after step {steps} "
                                        "(--crash-rank)")
                 if args.max_steps and steps >= args.max_steps:
                     break
+        stats = torch.stack([loss_sum, torch.full_like(loss_sum, seen)])  # a fill, no copy
         dist.all_reduce(stats)
         counts = _count_correct(model.module, test_loader, device)
         dist.all_reduce(counts)

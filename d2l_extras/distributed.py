@@ -342,6 +342,25 @@ def worker_exit_codes(lines: Sequence[str]) -> dict[int, int]:
 _ERROR_LINE = re.compile(r"^(?:\[rank\d+\]:\s*)?([A-Za-z_][\w.]*(?:Error|Exception)): (.*)$")
 
 
+def worker_device(local_world: int, local_rank: int = 0,
+                  n_gpus: int | None = None) -> torch.device:
+    """The device worker local_rank of local_world on one machine uses (see init_worker).
+
+    Its own GPU when there are at least local_world GPUs (n_gpus; default: those visible),
+    else the CPU; D2L_BACKEND=gloo in the environment asks for the CPU.
+    """
+    local_world = whole_number(local_world, "local_world")
+    if not 0 <= local_rank < local_world:
+        raise ValueError(f"local_rank must be in 0..{local_world - 1}, got {local_rank}")
+    if n_gpus is None:
+        n_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    # NCCL needs one GPU per process; with fewer GPUs than processes we fall back to gloo on CPU.
+    if whole_number(n_gpus, "n_gpus", minimum=0) >= local_world \
+            and os.environ.get("D2L_BACKEND", "") != "gloo":
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
 def init_worker(timeout_s: float = 60) -> tuple[int, int, torch.device]:
     """In a torchrun worker: join the group (NCCL on GPUs, else gloo); return rank, size, device."""
     import torch.distributed as dist
@@ -349,10 +368,8 @@ def init_worker(timeout_s: float = 60) -> tuple[int, int, torch.device]:
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-    # NCCL needs one GPU per process; with fewer GPUs than processes we fall back to gloo on CPU.
-    use_gpu = torch.cuda.is_available() and torch.cuda.device_count() >= local_world \
-        and os.environ.get("D2L_BACKEND", "") != "gloo"
-    device = torch.device("cuda", local_rank) if use_gpu else torch.device("cpu")
+    device = worker_device(local_world, local_rank)
+    use_gpu = device.type == "cuda"
     if use_gpu:
         torch.cuda.set_device(device)
     if not dist.is_initialized():

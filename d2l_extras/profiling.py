@@ -90,30 +90,32 @@ def _top_level(events: list[TimelineEvent]) -> list[TimelineEvent]:
     return kept
 
 
-def trace_events(trace: dict | str | os.PathLike, top_level: bool = True) -> list[TimelineEvent]:
-    """Turn a profiler trace (dict or JSON file) into TimelineEvents, one lane per thread/stream."""
+def _parsed(trace: dict | str | os.PathLike) -> list[tuple[TimelineEvent, object]]:
+    # Every bar of the trace, with the correlation id that ties a launch to its kernel or copy.
     if isinstance(trace, (str, os.PathLike)):
         with open(trace, encoding="utf-8") as f:
             trace = json.load(f)
     if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
         raise ValueError("trace_events() needs a Chrome trace: a dict (or JSON file) with a "
                          "'traceEvents' list, as torch.profiler's export_chrome_trace writes")
-    raw = []  # (name, lane key, start us, duration us, kind)
+    raw = []  # (name, lane key, start us, duration us, kind, correlation)
     for ev in trace["traceEvents"]:
         if ev.get("ph") != "X" or "ts" not in ev:
             continue
-        cat = ev.get("cat", "")
+        cat, args = ev.get("cat", ""), ev.get("args", {})
         if cat in CPU_CATEGORIES:
-            raw.append((ev["name"], ("cpu", ev.get("tid")), ev["ts"], ev.get("dur", 0), "cpu op"))
+            raw.append((ev["name"], ("cpu", ev.get("tid")), ev["ts"], ev.get("dur", 0), "cpu op",
+                        None))
         elif cat in RUNTIME_CATEGORIES:
             # cudaDeviceSynchronize, cudaStreamSynchronize, cudaEventSynchronize: the thread
             # waits for the device; anything else (launches, async copies) returns at once.
             kind = "wait" if "Synchronize" in ev["name"] else "launch"
-            raw.append((ev["name"], ("cpu", ev.get("tid")), ev["ts"], ev.get("dur", 0), kind))
+            raw.append((ev["name"], ("cpu", ev.get("tid")), ev["ts"], ev.get("dur", 0), kind,
+                        args.get("correlation")))
         elif cat in DEVICE_CATEGORIES:
-            args = ev.get("args", {})
             key = ("cuda", args.get("device", ev.get("pid")), args.get("stream", ev.get("tid")))
-            raw.append((ev["name"], key, ev["ts"], ev.get("dur", 0), DEVICE_CATEGORIES[cat]))
+            raw.append((ev["name"], key, ev["ts"], ev.get("dur", 0), DEVICE_CATEGORIES[cat],
+                        args.get("correlation")))
     if not raw:
         return []
     t0 = min(r[2] for r in raw)
@@ -121,15 +123,45 @@ def trace_events(trace: dict | str | os.PathLike, top_level: bool = True) -> lis
     for r in sorted(raw, key=lambda r: r[2]):
         if r[1][0] == "cpu":
             threads.setdefault(r[1][1], len(threads))
-    by_lane: dict[str, list[TimelineEvent]] = defaultdict(list)
-    for name, key, ts, dur, kind in raw:
+    parsed = []
+    for name, key, ts, dur, kind, correlation in raw:
         lane = (f"CPU thread {threads[key[1]]}" if key[0] == "cpu"
                 else f"cuda:{key[1]} stream {key[2]}")
-        by_lane[lane].append(TimelineEvent(name, lane, (ts - t0) * 1e-6, dur * 1e-6, kind))
+        event = TimelineEvent(name, lane, (ts - t0) * 1e-6, dur * 1e-6, kind)
+        parsed.append((event, correlation))
+    return parsed
+
+
+def trace_events(trace: dict | str | os.PathLike, top_level: bool = True) -> list[TimelineEvent]:
+    """Turn a profiler trace (dict or JSON file) into TimelineEvents, one lane per thread/stream."""
+    by_lane: dict[str, list[TimelineEvent]] = defaultdict(list)
+    for ev, _ in _parsed(trace):
+        by_lane[ev.lane].append(ev)
     out = []
     for lane_events in by_lane.values():
         out.extend(_top_level(lane_events) if top_level else lane_events)
     return sorted(out, key=lambda e: (e.lane, e.start))
+
+
+def launch_stacks(trace: dict | str | os.PathLike) -> dict[TimelineEvent, list[TimelineEvent]]:
+    """Each kernel and copy of a trace, with the CPU ops (outermost first) that launched it."""
+    # A device runs a kernel later than the CPU thread launched it: what it belongs to (forward,
+    # backward, which collective) is known from the ops that thread was inside at the launch.
+    parsed = _parsed(trace)
+    launches = {corr: ev for ev, corr in parsed
+                if ev.kind in ("launch", "wait") and corr is not None}
+    ops = defaultdict(list)
+    for ev, _ in parsed:
+        if ev.kind == "cpu op":
+            ops[ev.lane].append(ev)
+    stacks = {}
+    for ev, corr in parsed:
+        launch = launches.get(corr) if ev.kind in ("kernel", "copy") else None
+        if launch is not None:
+            stacks[ev] = sorted((op for op in ops[launch.lane]
+                                 if op.start <= launch.start and launch.end <= op.end + 1e-9),
+                                key=lambda op: (op.start, -op.duration))
+    return stacks
 
 
 def record_timeline(fn: Callable[[], object], devices: Iterable[torch.device | str] | None = None,

@@ -29,17 +29,55 @@ def test_bad_arguments_are_refused():
         ddp.parse_args(["--bucket-mb", "0"])
 
 
+GB = 10 ** 9
+
+
 @pytest.mark.parametrize("n_gpus", range(0, 9))
-def test_run_plan_for_every_gpu_count(n_gpus):
+def test_run_plan_for_every_gpu_count(monkeypatch, n_gpus):
+    monkeypatch.delenv("D2L_BACKEND", raising=False)
     for batch in (64, 128, 256):
-        plan = ddp.run_plan(n_gpus, batch)
+        plan = ddp.run_plan(n_gpus, batch, budget=80 * GB)
         assert plan.k == (n_gpus if n_gpus >= 2 else 2)
         assert plan.batch_size % plan.k == 0 and batch <= plan.batch_size < batch + plan.k
         assert plan.per_process * plan.k == plan.batch_size
         assert plan.device == ("cuda" if n_gpus >= 2 else "cpu")
         assert plan.gpu_alone == (n_gpus == 1)
         assert ("--threads" in plan.args) == (n_gpus < 2)
-        ddp.parse_args(["--batch-size", str(plan.batch_size), *plan.args])  # a valid command
+        for args in (plan.args, plan.gpu_args):  # valid commands
+            ddp.parse_args(["--batch-size", str(plan.batch_size), *args])
+
+
+@pytest.mark.parametrize("n_gpus", [0, 1, 2, 4])
+@pytest.mark.parametrize("prof", ["ci", "class", "full"])
+def test_every_run_of_notebook_06_is_sized_for_the_device_it_uses(monkeypatch, n_gpus, prof):
+    # 06 plans with the GPUs it sees; each run must get the sizes of the device its workers
+    # will pick (init_worker): one GPU leaves the 1- and 2-process runs on the CPU.
+    monkeypatch.setenv("D2L_PROFILE", prof)
+    monkeypatch.delenv("D2L_BACKEND", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: n_gpus > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: n_gpus)
+    plan = ddp.run_plan(torch.cuda.device_count(), 64, budget=80 * GB)
+    with monkeypatch.context() as env:  # both runs start with plan.env
+        for name, value in plan.env.items():
+            env.setenv(name, value)
+        assert {dx.worker_device(n).type for n in (1, plan.k)} == {plan.device}
+    cpu, gpu = {"ci": (8, 256), "class": (16, 256), "full": (32, 4096)}[prof], \
+        {"ci": (16, 1024), "class": (64, 4096), "full": (64, 60000)}[prof]
+    sizes = lambda args: (ddp.parse_args(args).width, ddp.parse_args(args).n_train)  # noqa: E731
+    assert sizes(plan.args) == (gpu if n_gpus >= 2 else cpu)
+    assert plan.width == sizes(plan.args)[0]
+    if n_gpus == 1:  # the lone GPU's run: on the GPU, at its sizes
+        assert dx.worker_device(1).type == "cuda" and sizes(plan.gpu_args) == gpu
+    else:
+        assert plan.gpu_args == []
+
+
+def test_run_sizes_fit_the_memory_of_the_device(monkeypatch):
+    monkeypatch.setenv("D2L_PROFILE", "class")
+    assert ddp.run_sizes("cuda", budget=80 * GB) == ["--width", "64", "--n-train", "4096"]
+    assert ddp.run_sizes("cpu", budget=80 * GB) == ["--width", "16", "--n-train", "256"]
+    # A quarter of 2 GB holds 20 channels of 24 MB: a narrower network, not an error.
+    assert ddp.run_sizes("cuda", budget=2 * GB)[:2] == ["--width", "20"]
 
 
 def test_run_plan_rejects_bad_counts():
@@ -90,6 +128,114 @@ def test_comm_overlap_reads_a_timeline():
     assert out["allreduce_seconds"] == pytest.approx(0.9)
     with pytest.raises(ValueError, match="backward and allreduce"):
         ddp.comm_overlap(timeline[:2])
+
+
+@pytest.mark.parametrize("name, kind", [
+    ("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "allreduce"),
+    ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)", "allreduce"),  # NCCL before 2.19
+    ("ncclDevKernel_Broadcast_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "broadcast"),
+    ("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+     "reducescatter"),
+    ("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "allgather"),
+    ("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", "sendrecv"),
+    ("ncclDevKernel_Reduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "reduce"),
+    ("ncclDevKernel_Generic_1(ncclDevKernelArgsStorage<4096ul>)", "communication"),
+    ("nccl:all_reduce", "allreduce"), ("nccl:broadcast", "broadcast"),
+    ("nccl:_reduce_scatter_base", "reducescatter"), ("nccl:recv 0<-1", "recv"),
+    ("gloo:all_reduce", "allreduce"), ("gloo:broadcast", "broadcast"),
+    ("c10d::allreduce_", "allreduce"), ("c10d::broadcast_", "broadcast"),
+    ("record_param_comms", "communication"),
+    ("aten::broadcast_tensors", None), ("autograd::engine::evaluate_function: SumBackward0", None),
+    ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float>>(...)", None),
+])
+def test_collective_reads_the_collective_from_the_name(name, kind):
+    assert ddp.collective(name) == kind
+
+
+US = 1e-6
+BROADCAST = "ncclDevKernel_Broadcast_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+ALLREDUCE = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+
+
+def ddp_gpu_trace(allreduce_at, broadcast=BROADCAST, allreduce=ALLREDUCE):
+    """One DDP step on cuda:0 as Kineto records it, times in us.
+
+    The main thread runs forward, where DDP broadcasts the buffers (NCCL, stream 20, while the
+    forward kernel runs on stream 7), and the optimizer; autograd's thread runs backward and
+    launches the bucket's allreduce (stream 20) at `allreduce_at` (None: no allreduce). The CPU
+    runs ahead: its backward ops end at 380 us, the GPU's backward kernel at 745 us.
+    """
+    events = []
+
+    def op(name, tid, ts, dur, cat="cpu_op"):
+        events.append({"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts,
+                       "dur": dur, "args": {}})
+
+    def launch(correlation, tid, ts, kernel, stream, start, dur):
+        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1,
+                       "tid": tid, "ts": ts, "dur": 3, "args": {"correlation": correlation}})
+        events.append({"ph": "X", "cat": "kernel", "name": kernel, "pid": 0, "tid": stream,
+                       "ts": start, "dur": dur,
+                       "args": {"device": 0, "stream": stream, "correlation": correlation}})
+
+    main, autograd = 31337, 31400
+    op("DistributedDataParallel.forward", main, 0, 300)
+    op("c10d::broadcast_", main, 10, 30)
+    op("record_param_comms", main, 12, 26)
+    op("nccl:broadcast", main, 14, 22, "user_annotation")
+    launch(1, main, 20, broadcast, 20, 25, 130)
+    op("aten::conv2d", main, 50, 50)
+    launch(2, main, 60, "sm90_xmma_fprop_implicit_gemm_f32f32", 7, 70, 200)
+    op("aten::cross_entropy_loss", main, 300, 20)
+    launch(3, main, 310, "nll_loss_forward_reduce_cuda_kernel_2d", 7, 320, 20)
+    op("autograd::engine::evaluate_function: ConvolutionBackward0", autograd, 330, 30)
+    launch(4, autograd, 340, "sm90_xmma_dgrad_implicit_gemm_f32f32", 7, 345, 400)
+    op("autograd::engine::evaluate_function: torch::autograd::AccumulateGrad", autograd, 360, 20)
+    op("c10d::allreduce_", autograd, 365, 13)
+    op("record_param_comms", autograd, 366, 11)
+    op("nccl:all_reduce", autograd, 367, 9, "user_annotation")
+    if allreduce_at is not None:
+        launch(5, autograd, 370, allreduce, 20, allreduce_at, 200)
+    op("Optimizer.step#SGD.step", main, 400, 50)
+    launch(6, main, 420, "multi_tensor_apply_kernel", 7, 960, 50)  # after DDP's wait
+    return {"traceEvents": events}
+
+
+def gpu_timeline(monkeypatch, trace):
+    monkeypatch.setattr(ddp, "profile_trace", lambda step, devices: trace)
+    return ddp.step_timeline(lambda: None, torch.device("cuda", 0))
+
+
+@pytest.mark.parametrize("broadcast, allreduce", [
+    (BROADCAST, ALLREDUCE),
+    ("ncclKernel_Broadcast_RING_LL_Sum_int8_t(ncclWorkElem)",  # NCCL before 2.19
+     "ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)"),
+    # a generic kernel: the op that launched it (nccl:broadcast, nccl:all_reduce) says which
+    ("ncclDevKernel_Generic_1(ncclDevKernelArgsStorage<4096ul>)",) * 2,
+])
+def test_a_gpu_step_reads_overlap_from_allreduce_kernels_only(monkeypatch, broadcast, allreduce):
+    # The allreduce runs (400-600 us) while the GPU still computes backward (345-745 us),
+    # although the CPU launched all of backward by 380 us.
+    timeline = gpu_timeline(monkeypatch, ddp_gpu_trace(400, broadcast, allreduce))
+    kinds = {round(ev["start"] / US): ev["kind"] for ev in timeline
+             if ev["lane"].startswith("cuda")}  # each kernel, by its start in us
+    assert kinds == {25: "broadcast", 70: "forward", 320: "forward", 345: "backward",
+                     400: "allreduce", 960: "optimizer"}
+    assert {ev["lane"] for ev in timeline} >= {"cuda:0 stream 7 (forward, backward)",
+                                               "cuda:0 stream 20"}
+    overlap = ddp.comm_overlap(timeline)
+    assert overlap["allreduces"] == 1  # the broadcast is no allreduce
+    assert overlap["backward_end"] == pytest.approx(745 * US)  # the GPU's, not the CPU's
+    assert overlap["first_allreduce"] == pytest.approx(400 * US)
+    assert overlap["overlapped_seconds"] == pytest.approx(200 * US)
+
+    # The allreduce after backward (750 us): no overlap, though the broadcast overlapped forward.
+    overlap = ddp.comm_overlap(gpu_timeline(monkeypatch, ddp_gpu_trace(750, broadcast, allreduce)))
+    assert overlap["first_allreduce"] >= overlap["backward_end"]
+    assert overlap["overlapped_seconds"] == 0.0
+    # Broadcasts alone are no allreduce to read overlap from.
+    with pytest.raises(ValueError, match="backward and allreduce"):
+        ddp.comm_overlap(gpu_timeline(monkeypatch, ddp_gpu_trace(None, broadcast, allreduce)))
 
 
 def test_two_gloo_processes_train_above_chance(monkeypatch):
@@ -178,8 +324,8 @@ def test_sync_batchnorm_converts_every_batchnorm():
     assert kinds == ["GlooSyncBatchNorm2d"] * 17  # the stem and two per residual block
 
 
-def test_one_process_without_torchrun(monkeypatch, capsys):
-    # What `python -m d2l_extras.ddp` does by itself: a process group of one.
+def train_alone(monkeypatch, argv):
+    """What `python -m d2l_extras.ddp ARGV` does by itself: train in a process group of one."""
     monkeypatch.setenv("D2L_PROFILE", "ci")
     monkeypatch.setenv("D2L_BACKEND", "gloo")
     for name, value in dict(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
@@ -189,11 +335,45 @@ def test_one_process_without_torchrun(monkeypatch, capsys):
     threads = torch.get_num_threads()
     try:
         ddp.main(["--epochs", "1", "--n-train", "64", "--n-test", "32", "--width", "4",
-                  "--batch-size", "16", "--max-steps", "2", "--threads", "1"])
+                  "--batch-size", "16", "--threads", "1", "--data", "digits", *argv])
     finally:
         torch.set_num_threads(threads)
+
+
+def test_one_process_without_torchrun(monkeypatch, capsys):
+    train_alone(monkeypatch, ["--max-steps", "2"])
     out = capsys.readouterr().out
     assert '"processes": 1' in out and '"steps": 2' in out
+
+
+def test_the_training_loop_never_waits_for_the_device(monkeypatch, capsys):
+    # On a GPU the host waits for the stream when it copies a tensor made from host data to the
+    # device (torch.tensor(..., device=cuda)) and when it reads one back (.item()). The loop
+    # must do neither per step, unless --sync-every-step asks for one loss.item() per step.
+    calls = {"tensor on a device": 0, "item": 0}
+    real_tensor, real_item = torch.tensor, torch.Tensor.item
+
+    def tensor(*args, **kwargs):
+        calls["tensor on a device"] += kwargs.get("device") is not None
+        return real_tensor(*args, **kwargs)
+
+    def item(self):
+        calls["item"] += 1
+        return real_item(self)
+
+    monkeypatch.setattr(torch, "tensor", tensor)
+    monkeypatch.setattr(torch.Tensor, "item", item)
+
+    def calls_in(argv):
+        before = dict(calls)
+        train_alone(monkeypatch, argv)
+        assert f'"steps": {argv[1]}' in capsys.readouterr().out
+        return {key: calls[key] - before[key] for key in calls}
+
+    two = calls_in(["--max-steps", "2"])
+    four = calls_in(["--max-steps", "4", "--sync-every-step"])  # 2 more steps, 4 barriers
+    assert four["tensor on a device"] == two["tensor on a device"], (two, four)
+    assert four["item"] == two["item"] + 4, (two, four)
 
 
 def test_step_timeline_names_rows_and_kinds_in_one_process():

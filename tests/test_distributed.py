@@ -170,6 +170,38 @@ def test_wait_for_orders_the_stream_on_nccl_and_bounds_the_wait_on_gloo(
     assert work.waits == [expected]
 
 
+@pytest.fixture
+def gpus(monkeypatch):
+    """Make this machine look as if it had n CUDA GPUs (call the fixture with n)."""
+    monkeypatch.delenv("D2L_BACKEND", raising=False)
+
+    def pretend(n):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: n > 0)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: n)
+    return pretend
+
+
+@pytest.mark.parametrize("n_gpus", [0, 1, 2, 4])
+def test_worker_device_is_a_gpu_only_when_every_worker_has_one(gpus, monkeypatch, n_gpus):
+    gpus(n_gpus)
+    for local_world in (1, 2, 4):
+        want = "cuda" if n_gpus >= local_world else "cpu"
+        for rank in range(local_world):
+            device = dx.worker_device(local_world, rank)
+            assert device.type == want and device == dx.worker_device(local_world, rank, n_gpus)
+            assert device.index == (rank if want == "cuda" else None)
+    monkeypatch.setenv("D2L_BACKEND", "gloo")  # asked for the CPU
+    assert dx.worker_device(1).type == "cpu"
+
+
+def test_worker_device_rejects_bad_input(gpus):
+    gpus(2)
+    for args, what in (((0,), "local_world"), ((2, 2), "local_rank"), ((2, -1), "local_rank"),
+                       ((2, 0, -1), "n_gpus"), ((1.5,), "local_world")):
+        with pytest.raises(ValueError, match=what):
+            dx.worker_device(*args)
+
+
 def test_torchrun_command():
     cmd = dx.torchrun_command("pkg.mod", 2, ["--epochs", 3], master_port=1234)
     assert cmd[:3] == [sys.executable, "-m", "torch.distributed.run"]

@@ -84,6 +84,28 @@ def test_overlap_time_counts_each_moment_once():
     assert dx.overlap_time(*touching) == 0.0
 
 
+def test_launch_stacks_name_the_cpu_ops_around_each_launch():
+    stacks = dx.launch_stacks(GPU_TRACE)
+    devices = [e for e in dx.trace_events(GPU_TRACE) if e.lane.startswith("cuda")]
+    assert set(stacks) == set(devices)  # every kernel, copy and memset: each launch is recorded
+    names = {(e.name, e.lane, round(e.start / US)): [op.name for op in stack]
+             for e, stack in stacks.items()}
+    # The second product runs on cuda:0 at 630 us, long after its launch (92 us) inside
+    # aten::mm inside aten::matmul inside the compute_and_copy range.
+    assert names[("ampere_sgemm_128x64_nn", "cuda:0 stream 7", 630)] == [
+        "compute_and_copy", "aten::matmul", "aten::mm"]
+    assert names[("Memset (Device)", "cuda:0 stream 7", 11)] == ["compute_and_copy", "aten::zero_"]
+    assert names[("Memcpy DtoH (Device -> Pinned)", "cuda:0 stream 13", 632)] == [
+        "compute_and_copy", "aten::copy_"]
+    # Without the range the stacks are shorter; without its launch a kernel has none.
+    events = [ev for ev in GPU_TRACE["traceEvents"] if ev.get("cat") != "user_annotation"
+              and (ev.get("cat"), ev.get("args", {}).get("correlation")) != ("cuda_runtime", 1009)]
+    stacks = dx.launch_stacks({"traceEvents": events})
+    assert {e.lane for e in stacks} == {"cuda:0 stream 7", "cuda:0 stream 13"}
+    assert {tuple(op.name for op in stack) for stack in stacks.values()} == {
+        ("aten::zero_",), ("aten::matmul", "aten::mm"), ("aten::copy_",)}
+
+
 def test_trace_events_reads_a_file():
     assert dx.trace_events(GPU_TRACE_PATH) == dx.trace_events(GPU_TRACE)
     assert dx.trace_events(str(GPU_TRACE_PATH)) == dx.trace_events(GPU_TRACE)
