@@ -188,17 +188,18 @@ def message_sizes_mb(nproc: int, gpus: int, count: int = 4, budget: int | None =
                      ) -> list[float]:
     """Message sizes in MB, 4x apart, for a ring benchmark of nproc processes (largest last).
 
-    The largest is the size policy's "ring_message" for the device the workers will use: one GPU
-    each (NCCL) when there are at least nproc GPUs, as dx.init_worker decides, else the CPU
-    (gloo). `budget` stands for one GPU's free bytes, so that GPU cases can be tested anywhere.
+    The largest is the size policy's "ring_message" for the device the workers will use
+    (dx.worker_device, as dx.init_worker decides): one GPU each (NCCL), else the CPU (gloo).
+    `budget` stands for one GPU's free bytes, so that GPU cases can be tested anywhere.
     """
+    from .distributed import worker_device
     from .hardware import whole_number
     from .sizes import problem_size
 
     nproc = whole_number(nproc, "nproc")
     count = whole_number(count, "count")
     process_counts(gpus)  # validates gpus
-    if gpus >= nproc:
+    if worker_device(nproc, n_gpus=gpus).type == "cuda":
         largest = problem_size("ring_message", "cuda", budget=budget)
     else:
         largest = problem_size("ring_message", "cpu")
