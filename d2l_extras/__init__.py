@@ -23,8 +23,8 @@ _EXPORTS = {
     "timing": ["Benchmark", "Measurement", "TickClock", "format_seconds", "synchronize"],
     "plotting": ["MIN_POINTS", "SLIDE_STYLE", "bar_chart", "log_axis", "plot_roofline",
                  "plot_timeline", "seconds_axis", "use_slide_style"],
-    "compiler": ["compile_support", "last_level_cache", "maybe_compile", "memory_regime",
-                 "speed_verdict"],
+    "compiler": ["compile_support", "gpu_compile_rule", "last_level_cache", "maybe_compile",
+                 "memory_regime", "speed_verdict"],
     "distributed": ["LaunchResult", "WorkerError", "finish_worker", "free_port", "init_worker",
                     "launch", "save_result", "torchrun_command", "worker_exit_codes"],
     # asynchronous computation, automatic parallelism: profiler timelines
