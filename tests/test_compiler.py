@@ -189,6 +189,15 @@ def test_notebooks_probe_the_device_they_compile_for():
             assert "device" in call, f"{path.name}: pass the device: ...({call})"
 
 
+def test_notebook_01_times_the_cuda_graph_capture_apart():
+    # mode="reduce-overhead" records its CUDA graph at the second call: a setup call, not warm.
+    path = Path(__file__).parents[1] / "notebooks" / "01-compilers-and-interpreters.ipynb"
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    timing = next("".join(c["source"]) for c in cells if c["cell_type"] == "code"
+                  and 'mode="reduce-overhead"' in "".join(c["source"]))
+    assert '{"reduce-overhead": 1}' in timing and "setup=setup.get(name, 0)" in timing
+
+
 def test_calls_are_found_with_their_arguments():
     assert _calls("dx.maybe_compile(\n net, mode=f(1)) + compile_support()",
                   "maybe_compile") == ["\n net, mode=f(1)"]
