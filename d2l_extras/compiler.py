@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import importlib.util
 import io
 import logging
 import sys
@@ -57,27 +58,114 @@ if torch.__version__ < "2.8" and "torch.utils.cpp_extension" not in sys.modules 
 
 # --- can torch.compile build code here?
 
-@functools.cache
-def compile_support() -> tuple[bool, str]:
-    """Compile a tiny function once; return (works, reason) so notebooks can explain a failure."""
+# On a CUDA GPU Inductor writes Triton kernels. Where Triton cannot serve the GPU the first
+# compiled call raises (torch/_inductor/scheduler.py, create_backend: GPUTooOldForTriton below
+# compute capability 7.0, TritonMissing without the package, as on Windows). bfloat16 needs 8.0:
+# Inductor skips a frame with bfloat16 inputs or outputs there, warning and running it eagerly
+# (compile_fx.py, _check_triton_bf16_support), and bfloat16 inside a graph fails in ptxas
+# ("Feature '.bf16' requires .target sm_80", pytorch/pytorch#118122). All known up front.
+_TRITON_MIN, _BF16_MIN = (7, 0), (8, 0)  # compute capabilities
+_PLATFORMS = ("linux", "windows")
+
+
+def gpu_compile_rule(capability: tuple[int, int], platform: str = "linux",
+                     dtype: torch.dtype | None = None,
+                     triton: bool | None = None) -> tuple[bool, str]:
+    """Whether torch.compile can build code for an NVIDIA GPU of this compute capability; why not.
+
+    `triton`: whether the package is installed; by default as torch's CUDA wheels ship it:
+    with Triton on Linux, without on Windows.
+    """
+    if not (isinstance(capability, tuple) and len(capability) == 2
+            and all(type(v) is int and v >= 0 for v in capability)):
+        raise ValueError(f"gpu_compile_rule(): capability is (major, minor), such as (7, 5) "
+                         f"for a T4, got {capability!r}")
+    if platform not in _PLATFORMS:
+        raise ValueError(f"gpu_compile_rule(): platform is one of {_PLATFORMS}, got {platform!r}")
+    have, need, bf16 = ("{}.{}".format(*c) for c in (capability, _TRITON_MIN, _BF16_MIN))
+    if capability < _TRITON_MIN:
+        return False, f"Triton needs compute capability {need}+, this GPU has {have}"
+    if not (platform == "linux" if triton is None else triton):
+        where = "pip install triton-windows" if platform == "windows" else "pip install triton"
+        return False, f"Triton is not installed ({where})"
+    if dtype == torch.bfloat16 and capability < _BF16_MIN:
+        return False, f"Triton's bfloat16 needs compute capability {bf16}+, this GPU has {have}"
+    return True, "Triton builds kernels for this GPU"
+
+
+def _on_windows() -> bool:
+    return sys.platform == "win32"
+
+
+def _triton_installed() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+def _probe_device(device: torch.device | str | None) -> torch.device:
+    """The device to probe, with its index (cuda means the current GPU); the CPU by default."""
+    try:
+        device = torch.device("cpu" if device is None else device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"compile_support(): {err}; pass a device such as 'cpu' or "
+                         "'cuda:0'") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"compile_support(): no CUDA GPU is visible, so nothing runs on "
+                             f"{device}; pass the device the tensors live on")
+        return torch.device("cuda", torch.cuda.current_device() if device.index is None
+                            else device.index)
+    return torch.device("cpu") if device.type == "cpu" else device
+
+
+def _compile_probe(device: torch.device, dtype: torch.dtype) -> tuple[bool, str]:
+    """Compile a tiny function for `device` and `dtype` and check its answer."""
     try:
         fn = torch.compile(lambda x: torch.relu(x) * 2 + 1)
-        x = torch.randn(8)
+        x = torch.randn(8, device=device, dtype=dtype)
         torch.testing.assert_close(fn(x), torch.relu(x) * 2 + 1)
-        return True, "torch.compile works on this machine"
+        return True, f"torch.compile works on {device}"
     except Exception as err:  # a missing C++ compiler shows up only here, at the first call
         return False, f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
 
 
-def maybe_compile(fn: F, **options) -> F:
-    """Return torch.compile(fn, **options), or fn itself (with a notice) where compiling fails."""
-    works, reason = compile_support()
+@functools.cache
+def _support(device: torch.device, dtype: torch.dtype) -> tuple[bool, str]:
+    if device.type == "cuda" and not torch.version.hip:  # ROCm's Triton serves every AMD GPU
+        props = torch.cuda.get_device_properties(device)
+        works, reason = gpu_compile_rule((props.major, props.minor),
+                                         "windows" if _on_windows() else "linux", dtype,
+                                         _triton_installed())
+        if not works:  # known without compiling: the first compiled call would raise
+            return False, f"{props.name}: {reason}"
+    return _compile_probe(device, dtype)
+
+
+def compile_support(device: torch.device | str | None = None,
+                    dtype: torch.dtype | None = None) -> tuple[bool, str]:
+    """(works, reason): can torch.compile build code for `device` (the CPU by default), `dtype`?
+
+    Known rules first (gpu_compile_rule), then a tiny compile; once per device and dtype.
+    """
+    dtype = torch.float32 if dtype is None else dtype
+    if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise ValueError(f"compile_support(): dtype is a floating-point torch.dtype, such as "
+                         f"torch.bfloat16, got {dtype!r}")
+    return _support(_probe_device(device), dtype)
+
+
+def maybe_compile(fn: F, device: torch.device | str | None = None,
+                  dtype: torch.dtype | None = None, **options) -> F:
+    """torch.compile(fn, **options) for `device` and `dtype`, or fn itself (with a notice)."""
+    works, reason = compile_support(device, dtype)
     if works:
         return torch.compile(fn, **options)
-    from .report import notice  # once per process, however many models fall back
+    from .report import notice  # once per process and reason, however many models fall back
 
-    notice(f"torch.compile is not usable here ({reason[:120]}); running eagerly instead. "
-           "On Windows install the MSVC build tools, on macOS the Xcode command line tools.")
+    where = _probe_device(device)
+    advice = (" On Windows install the MSVC build tools, on macOS the Xcode command line "
+              "tools." if where.type == "cpu" else "")
+    notice(f"torch.compile is not usable on {where} ({reason[:120]}); running eagerly "
+           f"instead.{advice}")
     return fn
 
 

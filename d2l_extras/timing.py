@@ -8,7 +8,7 @@ from typing import Callable, Iterable
 
 import torch
 
-from .hardware import accelerators
+from .hardware import accelerators, whole_number
 
 
 Clock = Callable[[], float]
@@ -49,11 +49,12 @@ def format_seconds(seconds: float) -> str:
 
 @dataclass
 class Measurement:
-    """Timings of one workload: the first (cold) call apart from the warm per-call times."""
+    """Timings of one workload: the first (cold) call and any setup calls apart from the warm."""
 
     name: str
     cold: float
     warm: list[float] = field(default_factory=list)
+    setup: list[float] = field(default_factory=list)  # calls 2, 3, ... timed one by one
 
     @property
     def median(self) -> float:
@@ -61,7 +62,9 @@ class Measurement:
         return statistics.median(self.warm)
 
     def __str__(self) -> str:
-        return (f"{self.name}: first call {format_seconds(self.cold)}, then "
+        setup = "".join(f", then {format_seconds(seconds)} (call {i})"
+                        for i, seconds in enumerate(self.setup, 2))
+        return (f"{self.name}: first call {format_seconds(self.cold)}{setup}, then "
                 f"{format_seconds(self.median)} per call (median of {len(self.warm)})")
 
 
@@ -92,20 +95,30 @@ class Benchmark:
     @classmethod
     def measure(cls, fn: Callable[[], object], name: str = "", repeats: int = 5,
                 number: int = 1, devices: Iterable[torch.device | str] | None = None,
-                clock: Clock = time.perf_counter) -> Measurement:
-        """Time fn's first call alone, then `repeats` runs of `number` calls; per-call seconds."""
+                clock: Clock = time.perf_counter, setup: int = 0) -> Measurement:
+        """Time fn's first call alone, then `repeats` runs of `number` calls; per-call seconds.
+
+        `setup` calls after the first are timed one by one too, out of the warm runs: under
+        torch.compile(mode="reduce-overhead") the second call records the CUDA graph (setup=1).
+        """
         if not callable(fn):
             raise TypeError(f"measure() needs a function to call, got {type(fn).__name__}")
         if repeats < 1 or number < 1:
             raise ValueError(f"measure() needs repeats >= 1 and number >= 1, "
                              f"got repeats={repeats}, number={number}")
+        setup = whole_number(setup, "measure(): setup (calls timed apart after the first)", 0)
         devices = None if devices is None else list(devices)
         with cls(devices=devices, verbose=False, clock=clock) as first:
             fn()
+        calls = []
+        for _ in range(setup):
+            with cls(devices=devices, verbose=False, clock=clock) as call:
+                fn()
+            calls.append(call.elapsed)
         warm = []
         for _ in range(repeats):
             with cls(devices=devices, verbose=False, clock=clock) as run:
                 for _ in range(number):
                     fn()
             warm.append(run.elapsed / number)
-        return Measurement(name or getattr(fn, "__name__", "fn"), first.elapsed, warm)
+        return Measurement(name or getattr(fn, "__name__", "fn"), first.elapsed, warm, calls)

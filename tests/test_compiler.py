@@ -1,4 +1,8 @@
+import functools
+import json
 import logging
+import re
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -22,7 +26,8 @@ def test_maybe_compile_is_the_same_function():
 def test_maybe_compile_falls_back_with_a_notice(monkeypatch, capsys):
     from d2l_extras import report
     monkeypatch.setattr(report, "_NOTICED", set())
-    monkeypatch.setattr(compiler, "compile_support", lambda: (False, "no C++ compiler"))
+    monkeypatch.setattr(compiler, "compile_support",
+                        lambda device=None, dtype=None: (False, "no C++ compiler"))
     def f(x):
         return x + 1
     assert dx.maybe_compile(f) is f
@@ -30,6 +35,172 @@ def test_maybe_compile_falls_back_with_a_notice(monkeypatch, capsys):
     assert out.startswith("notice: ") and "no C++ compiler" in out and out.count("\n") == 1
     assert dx.maybe_compile(f) is f  # a second model falls back silently: said once
     assert capsys.readouterr().out == ""
+
+
+def test_the_cpu_is_probed_once_whatever_it_is_called():
+    # dx.compile_support() and the notebooks' compile_support(device) share one cached probe.
+    assert {compiler._probe_device(d) for d in (None, "cpu", "cpu:0", torch.device("cpu"))} \
+        == {torch.device("cpu")}
+    assert dx.compile_support() == dx.compile_support("cpu", torch.float32)
+
+
+# --- GPUs: the known rules first, then a tiny compile on the GPU itself
+
+@pytest.mark.parametrize("capability, platform, dtype, works, words", [
+    ((6, 0), "linux", None, False, "needs compute capability 7.0+, this GPU has 6.0"),  # P100
+    ((6, 1), "linux", None, False, "has 6.1"),                      # GTX 10xx laptop
+    ((6, 0), "windows", None, False, "7.0+"),                       # the GPU, before Triton
+    ((7, 5), "linux", None, True, "Triton builds"),                 # T4
+    ((7, 5), "linux", torch.bfloat16, False, "bfloat16 needs compute capability 8.0+"),
+    ((7, 5), "linux", torch.float16, True, "Triton builds"),
+    ((8, 6), "windows", None, False, "pip install triton-windows"),  # RTX 30xx laptop
+    ((9, 0), "linux", torch.bfloat16, True, "Triton builds")])      # H100
+def test_gpu_compile_rule(capability, platform, dtype, works, words):
+    got, reason = dx.gpu_compile_rule(capability, platform, dtype)
+    assert got is works and words in reason
+
+
+def test_gpu_compile_rule_with_triton_installed_or_missing():
+    assert dx.gpu_compile_rule((8, 6), "windows", triton=True)[0]
+    assert dx.gpu_compile_rule((9, 0), "linux", triton=False) == \
+        (False, "Triton is not installed (pip install triton)")
+
+
+@pytest.mark.parametrize("kwargs", [dict(capability=(7,)), dict(capability="7.5"),
+                                    dict(capability=(7, -1)), dict(capability=(7.5, 0)),
+                                    dict(capability=(7, 5), platform="darwin")])
+def test_gpu_compile_rule_refuses_bad_input(kwargs):
+    with pytest.raises(ValueError, match="capability is|platform is"):
+        dx.gpu_compile_rule(**kwargs)
+
+
+GPUS = {"P100": ("Tesla P100-PCIE-16GB", 6, 0), "T4": ("Tesla T4", 7, 5),
+        "laptop": ("NVIDIA GeForce RTX 3060 Laptop GPU", 8, 6),
+        "H100": ("NVIDIA H100 80GB HBM3", 9, 0)}
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """Pretend GPU 0 is one of GPUS on Linux with Triton; return the tiny compiles run."""
+    probes = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(compiler, "_on_windows", lambda: False)
+    monkeypatch.setattr(compiler, "_triton_installed", lambda: True)
+    # a cache of its own: the real CPU result stays cached for the other tests
+    monkeypatch.setattr(compiler, "_support", functools.cache(compiler._support.__wrapped__))
+    monkeypatch.setattr(compiler, "_compile_probe",
+                        lambda device, dtype: probes.append((str(device), dtype)) or
+                        (True, f"torch.compile works on {device}"))
+
+    def use(gpu):
+        name, major, minor = GPUS[gpu]
+        props = SimpleNamespace(name=name, major=major, minor=minor)
+        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: props)
+        return probes
+    return use
+
+
+def test_a_gpu_too_old_for_triton_is_not_compiled_for(fake_gpu):
+    probes = fake_gpu("P100")
+    assert dx.compile_support("cuda") == (
+        False, "Tesla P100-PCIE-16GB: Triton needs compute capability 7.0+, this GPU has 6.0")
+    assert probes == []  # known without compiling: the first compiled call would raise
+
+
+def test_bfloat16_on_a_t4_falls_back_and_float32_is_probed_on_the_gpu(fake_gpu):
+    probes = fake_gpu("T4")
+    works, reason = dx.compile_support("cuda", torch.bfloat16)
+    assert not works and reason.startswith("Tesla T4: Triton's bfloat16 needs")
+    assert dx.compile_support("cuda") == (True, "torch.compile works on cuda:0")
+    assert probes == [("cuda:0", torch.float32)]
+
+
+def test_an_h100_compiles_a_tiny_function_on_the_gpu_once_per_dtype(fake_gpu):
+    probes = fake_gpu("H100")
+    for _ in range(2):
+        assert dx.compile_support("cuda:0", torch.bfloat16)[0]
+        assert dx.compile_support(torch.device("cuda"))[0]
+    assert probes == [("cuda:0", torch.bfloat16), ("cuda:0", torch.float32)]
+
+
+def test_windows_without_triton(fake_gpu, monkeypatch):
+    probes = fake_gpu("laptop")
+    monkeypatch.setattr(compiler, "_on_windows", lambda: True)
+    monkeypatch.setattr(compiler, "_triton_installed", lambda: False)
+    works, reason = dx.compile_support("cuda")
+    assert not works and "pip install triton-windows" in reason and probes == []
+
+
+def test_maybe_compile_on_an_old_gpu_falls_back_with_the_reason(fake_gpu, monkeypatch, capsys):
+    from d2l_extras import report
+    monkeypatch.setattr(report, "_NOTICED", set())
+    fake_gpu("P100")
+    def f(x):
+        return x + 1
+    assert dx.maybe_compile(f, device="cuda") is f
+    assert dx.maybe_compile(f, device="cuda", mode="reduce-overhead") is f
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "cuda:0" in out and "compute capability 7.0+" in out
+    assert "MSVC" not in out  # the C++ compiler advice is for the CPU
+
+
+def test_maybe_compile_on_a_gpu_that_works_compiles(fake_gpu):
+    fake_gpu("H100")
+    def f(x):
+        return x + 1
+    assert dx.maybe_compile(f, device="cuda", dtype=torch.bfloat16) is not f
+
+
+@pytest.mark.parametrize("kwargs, words", [(dict(dtype=torch.int64), "floating-point"),
+                                           (dict(dtype="bfloat16"), "floating-point"),
+                                           (dict(device="gpu"), "pass a device"),
+                                           (dict(device=3.5), "pass a device")])
+def test_compile_support_refuses_bad_input(kwargs, words):
+    with pytest.raises(ValueError, match=words):
+        dx.compile_support(**kwargs)
+
+
+def test_compile_support_refuses_a_gpu_that_is_not_there(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="no CUDA GPU is visible"):
+        dx.compile_support("cuda")
+
+
+def _calls(text, name):
+    """The argument text of every call `name(...)` in text (parentheses balanced)."""
+    found = []
+    for start in (m.end() for m in re.finditer(rf"\b{name}\(", text)):
+        depth, end = 1, start
+        while depth:
+            depth += {"(": 1, ")": -1}.get(text[end], 0)
+            end += 1
+        found.append(text[start:end - 1])
+    return found
+
+
+def test_notebooks_probe_the_device_they_compile_for():
+    # Probing the CPU says nothing about a GPU: a P100 would raise at the first compiled call.
+    for path in sorted((Path(__file__).parents[1] / "notebooks").glob("*.ipynb")):
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+        for call in _calls(code, "maybe_compile") + _calls(code, "compile_support"):
+            assert "device" in call, f"{path.name}: pass the device: ...({call})"
+
+
+def test_notebook_01_times_the_cuda_graph_capture_apart():
+    # mode="reduce-overhead" records its CUDA graph at the second call: a setup call, not warm.
+    path = Path(__file__).parents[1] / "notebooks" / "01-compilers-and-interpreters.ipynb"
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    timing = next("".join(c["source"]) for c in cells if c["cell_type"] == "code"
+                  and 'mode="reduce-overhead"' in "".join(c["source"]))
+    assert '{"reduce-overhead": 1}' in timing and "setup=setup.get(name, 0)" in timing
+
+
+def test_calls_are_found_with_their_arguments():
+    assert _calls("dx.maybe_compile(\n net, mode=f(1)) + compile_support()",
+                  "maybe_compile") == ["\n net, mode=f(1)"]
 
 
 # --- the false CUDA alarm is dropped, nothing else

@@ -52,6 +52,44 @@ def test_measure_separates_cold_from_warm():
     assert str(m) == "work: first call 5 s, then 1.5 s per call (median of 5)"
 
 
+class ReduceOverhead:
+    """A fake torch.compile(mode="reduce-overhead") model on a fake clock: the first call
+    compiles (5 s), the second records the CUDA graph (0.5 s), later calls replay it (1 ms)."""
+
+    def __init__(self):
+        self.now, self.calls = 0.0, 0
+
+    def clock(self):
+        return self.now
+
+    def __call__(self):
+        self.calls += 1
+        self.now += {1: 5.0, 2: 0.5}.get(self.calls, 0.001)
+
+
+def test_measure_times_setup_calls_apart():
+    model = ReduceOverhead()
+    m = dx.Benchmark.measure(model, "reduce-overhead", repeats=3, number=2,
+                             clock=model.clock, setup=1)
+    assert m.cold == 5.0 and m.setup == [0.5] and model.calls == 1 + 1 + 3 * 2
+    assert m.warm == pytest.approx([0.001] * 3)  # replays only: the capture is not in them
+    assert str(m) == ("reduce-overhead: first call 5 s, then 500 ms (call 2), then 1 ms per call "
+                      "(median of 3)")
+
+
+def test_without_setup_the_capture_lands_in_the_first_warm_run():
+    # Why the option exists: the second call is billed to the first warm repeat.
+    model = ReduceOverhead()
+    m = dx.Benchmark.measure(model, repeats=3, number=2, clock=model.clock)
+    assert m.setup == [] and m.warm[0] == pytest.approx((0.5 + 0.001) / 2)
+
+
+@pytest.mark.parametrize("setup", [-1, 1.5, True, "1"])
+def test_measure_rejects_bad_setup(setup):
+    with pytest.raises(ValueError, match="setup"):
+        dx.Benchmark.measure(lambda: None, setup=setup)
+
+
 def test_tick_clock_advances_one_step_per_read():
     clock = dx.TickClock(0.5)
     assert [clock(), clock(), clock()] == [0.5, 1.0, 1.5] and clock.reads == 3
