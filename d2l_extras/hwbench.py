@@ -332,11 +332,33 @@ def loop_vs_vectorized(n: int | None = None, repeats: int = 3, *,
     return LoopVsVector(n, lm.median / n, vm.median / n, min(lm.warm) / n, min(vm.warm) / n)
 
 
+# The dtypes a CUDA GPU multiplies on its Tensor Cores, and the compute capability that brought
+# each (NVIDIA CUDA C++ Programming Guide, "Compute Capabilities"): float16 with Volta (7.0) and
+# Turing (7.5), bfloat16 and TF32 with Ampere (8.0), FP8 with Ada (8.9) and Hopper (9.0). Pascal
+# (6.x: P100, GTX 10xx) and older have none. "tfloat32" is float32 rounded to TF32 on the way in.
+TENSOR_CORE_DTYPES: dict[str, tuple[int, int]] = {
+    "float16": (7, 0), "bfloat16": (8, 0), "tfloat32": (8, 0), "float8": (8, 9)}
+
+
+def tensor_core_dtypes(capability: tuple[int, int]) -> list[str]:
+    """The dtypes a CUDA GPU of compute capability (major, minor) multiplies on Tensor Cores."""
+    try:
+        major, minor = capability
+        key = (whole_number(major, "major", 0), whole_number(minor, "minor", 0))
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"capability is (major, minor), as torch.cuda.get_device_capability(0) "
+                         f"returns it, e.g. (7, 5) for a T4; got {capability!r}") from err
+    return [name for name, since in TENSOR_CORE_DTYPES.items() if key >= since]
+
+
 def dtype_supported(dtype: str | torch.dtype, device: torch.device | str | None = None) -> bool:
-    """Whether a small matrix multiply in this dtype runs on this device."""
+    """Whether this device multiplies matrices in this dtype natively (emulation does not count)."""
     dtype, device = _as_dtype(dtype), _as_device(device)
-    if device.type == "cuda" and dtype == torch.bfloat16:
-        return torch.cuda.is_bf16_supported()
+    if device.type == "cuda" and dtype == torch.bfloat16 and not torch.version.hip:
+        # torch.cuda.is_bf16_supported() says True on Turing (a T4), which only emulates
+        # bfloat16, and it asks about the current GPU, not this one: ask this one's capability.
+        capability = torch.cuda.get_device_capability(device)
+        return "bfloat16" in tensor_core_dtypes(capability)
     if device.type == "mps" and dtype == torch.float64:
         return False  # Apple GPUs have no float64
     try:
@@ -352,7 +374,8 @@ def matmul_rate(n: int, dtype: str | torch.dtype = "float32",
     """FLOP/s of an n x n matrix product (2 n^3 operations per call)."""
     n, dtype, device = whole_number(n, "n"), _as_dtype(dtype), _as_device(device)
     if not dtype_supported(dtype, device):
-        raise ValueError(f"{_dtype_name(dtype)} matrix multiply is not supported on {device}")
+        raise ValueError(f"{_dtype_name(dtype)} matrix multiply is not supported natively on "
+                         f"{device}; dtype_supported() says which dtypes are")
     itemsize = torch.empty(0, dtype=dtype).element_size()
     if fit_to_memory(n * n, 3 * itemsize, device, 0.5, minimum=1) < n * n:
         raise ValueError(f"{n} x {n} {_dtype_name(dtype)} matrices do not fit in half of the "
@@ -370,7 +393,7 @@ def matmul_sweep(sizes: Sequence[int] | None = None,
                  dtypes: Sequence[str | torch.dtype] = ("float64", "float32", "bfloat16"),
                  device: torch.device | str | None = None, repeats: int = 3, *,
                  clock: Clock = time.perf_counter) -> list[Rate]:
-    """matmul_rate for every size and every dtype this device supports (others are skipped)."""
+    """matmul_rate for every size and every dtype this device runs natively (others are skipped)."""
     device = _as_device(device)
     if sizes is None:
         sizes = default_matmul_sizes(device)

@@ -280,6 +280,47 @@ def test_dtype_supported():
     assert hb.dtype_supported("float32", "cpu") and hb.dtype_supported(torch.float64, "cpu")
 
 
+# GPUs as torch.cuda describes them, name -> compute capability: tests fake them on any machine.
+GPUS = {"Tesla T4": (7, 5), "Tesla P100-PCIE-16GB": (6, 0),
+        "NVIDIA GeForce RTX 4090 Laptop GPU": (8, 9), "NVIDIA H100 80GB HBM3": (9, 0),
+        "NVIDIA H100 NVL": (9, 0)}
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """use(name): torch.cuda then describes that GPU as cuda:0, which it returns."""
+    def use(name):
+        capability = GPUS[name]
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+        # as torch's own: a T4 can hold bfloat16 tensors, so "supported, including emulation"
+        monkeypatch.setattr(torch.cuda, "is_bf16_supported",
+                            lambda including_emulation=True: True if including_emulation
+                            else capability >= (8, 0))
+        return torch.device("cuda", 0)
+    return use
+
+
+@pytest.mark.parametrize("name, tensor_cores", [
+    ("Tesla T4", ["float16"]), ("Tesla P100-PCIE-16GB", []),
+    ("NVIDIA GeForce RTX 4090 Laptop GPU", ["float16", "bfloat16", "tfloat32", "float8"]),
+    ("NVIDIA H100 80GB HBM3", ["float16", "bfloat16", "tfloat32", "float8"])])
+def test_bfloat16_counts_where_tensor_cores_run_it_not_where_it_is_emulated(fake_gpu, name,
+                                                                             tensor_cores):
+    dev = fake_gpu(name)
+    assert hb.dtype_supported("bfloat16", dev) is ("bfloat16" in tensor_cores)
+    assert hb.tensor_core_dtypes(torch.cuda.get_device_capability(dev)) == tensor_cores
+
+
+def test_tensor_core_dtypes_by_capability():
+    assert hb.tensor_core_dtypes((6, 1)) == [] and hb.tensor_core_dtypes([7, 0]) == ["float16"]
+    assert hb.tensor_core_dtypes((8, 6)) == ["float16", "bfloat16", "tfloat32"]
+    assert hb.tensor_core_dtypes((12, 0)) == list(hb.TENSOR_CORE_DTYPES)   # Blackwell
+    for bad in [(7,), "7.5", (7.5, 0), (-1, 0), (True, 0), None]:
+        with pytest.raises(ValueError, match=r"\(major, minor\).*get_device_capability"):
+            hb.tensor_core_dtypes(bad)
+
+
 # --- roofline
 
 def test_roofline_counts_flops_and_bytes_and_probes_the_roof():

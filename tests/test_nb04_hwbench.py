@@ -2,13 +2,20 @@
 itself: each counts the same bytes, FLOPs and elements as its tested twin in d2l_extras.hwbench
 (issue 16: such checks leave the lesson). Both run on a fake clock, dx.TickClock(), which
 advances one second at every read: every timed stretch then "lasts" exactly one second, so a
-rate is exactly what was counted, whatever the load on the machine."""
+rate is exactly what was counted, whatever the load on the machine.
+
+The GPU cells run here too, on any machine: torch.cuda describes a fake GPU and the
+measurements are replaced by known numbers, so what a cell concludes is checked for a T4, a P100
+and an H100 without one."""
+import contextlib
+import io
 import json
 
 import pytest
+import torch
 
 import d2l_extras as dx
-from nbcells import notebook_namespace, notebook_path
+from nbcells import cell_source, notebook_namespace, notebook_path
 
 MiB = 2 ** 20
 NAMES = ["copy_rate", "gather_times", "axpy_times", "matmul_gflops", "random_read_times"]
@@ -55,3 +62,35 @@ def test_twin_checks_left_the_lesson():
     cells = json.loads(notebook_path("04").read_text(encoding="utf-8"))["cells"]
     code = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
     assert "TickClock" not in code, "fake-clock twin checks belong in this test file"
+
+
+def run_cell(cell_id, **names):
+    """Run notebook 04's cell `cell_id` with `names` (and dx, torch) as globals; return its print."""
+    namespace = {"dx": dx, "torch": torch, **names}
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        exec(compile(cell_source("04", cell_id), f"<04:{cell_id}>", "exec"), namespace)
+    return out.getvalue()
+
+
+def fake_sweep(device, dtypes):
+    """The notebook's matmul_sweep on a fake GPU: 10 TFLOP/s in every dtype it runs natively."""
+    names = [str(dt).removeprefix("torch.") for dt in dtypes]
+    return {n: {2048: 1e4} for n in names if n != "bfloat16" or dx.dtype_supported(n, device)}
+
+
+@pytest.mark.parametrize("capability, readings", [
+    ((7, 5), ["float32: 10 TFLOP/s (without", "float16: 10 TFLOP/s (on Tensor",
+              "bfloat16: skipped"]),                                              # T4
+    ((6, 0), ["float32: 10 TFLOP/s (without", "float16: 10 TFLOP/s (without",
+              "bfloat16: skipped"]),                                              # P100
+    ((9, 0), ["float32: 10 TFLOP/s (without", "float16: 10 TFLOP/s (on Tensor",
+              "bfloat16: 10 TFLOP/s (on Tensor"])])                               # H100
+def test_gpu_sweep_says_which_dtypes_ran_on_tensor_cores(monkeypatch, capability, readings):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)
+    printed = run_cell("ab2ca5a9", accel=torch.device("cuda", 0), matmul_sweep=fake_sweep,
+                       plot_sweep=lambda *args, **kwargs: None)
+    lines = printed.splitlines()
+    assert len(lines) == len(readings), printed
+    for line, reading in zip(lines, readings):
+        assert reading in line, printed
