@@ -43,8 +43,8 @@ _EXPORTS = {
     "data": ["ImageData", "book_fashion_mnist", "data_dir", "load_data", "load_images",
              "read_idx"],
     "models": ["Residual", "init_weights", "lenet", "lenet_params", "resnet18"],
-    "parallel": ["allreduce", "evaluate_accuracy", "even_batch_size", "get_params", "replicate",
-                 "sgd", "split_batch", "strict_float32", "train_batch"],
+    "parallel": ["allow_tf32", "allreduce", "evaluate_accuracy", "even_batch_size", "get_params",
+                 "replicate", "sgd", "split_batch", "strict_float32", "train_batch"],
     # parameter servers: cost model, ring allreduce, sharded key-value store
     "costmodel": ["plot_sync_costs", "ring_time", "server_time", "sync_time", "transfer_time"],
     "ring": ["RingStats", "bus_bandwidth", "check_input", "message_sizes_mb", "process_counts",

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import d2l_extras as dx
+from d2l_extras import parallel
 from nbcells import cell_source, notebook_namespace, notebook_path
 
 MiB = 2 ** 20
@@ -65,15 +66,22 @@ def test_twin_checks_left_the_lesson():
 
 
 def run_cell(cell_id, **names):
-    """Run notebook 04's cell `cell_id` with `names` (and dx, torch) as globals; return its print."""
+    """Run notebook 04's cell `cell_id` with `names`, dx and torch as globals; return its print."""
     namespace = {"dx": dx, "torch": torch, **names}
     with contextlib.redirect_stdout(io.StringIO()) as out:
         exec(compile(cell_source("04", cell_id), f"<04:{cell_id}>", "exec"), namespace)
     return out.getvalue()
 
 
+def tf32_off():
+    """Whether every switch that lets float32 run as TF32 is off now."""
+    return all(getattr(settings, name) == off
+               for settings, name, off in parallel._tf32_switches(False))
+
+
 def fake_sweep(device, dtypes):
     """The notebook's matmul_sweep on a fake GPU: 10 TFLOP/s in every dtype it runs natively."""
+    assert tf32_off(), "float32 was swept with TF32 allowed"
     names = [str(dt).removeprefix("torch.") for dt in dtypes]
     return {n: {2048: 1e4} for n in names if n != "bfloat16" or dx.dtype_supported(n, device)}
 
@@ -88,9 +96,22 @@ def fake_sweep(device, dtypes):
 def test_gpu_sweep_says_which_dtypes_ran_on_tensor_cores(monkeypatch, capability, readings):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)
-    printed = run_cell("ab2ca5a9", accel=torch.device("cuda", 0), matmul_sweep=fake_sweep,
-                       plot_sweep=lambda *args, **kwargs: None)
+    with dx.allow_tf32(True):  # a student allowed TF32: the sweep still measures float32
+        printed = run_cell("ab2ca5a9", accel=torch.device("cuda", 0), matmul_sweep=fake_sweep,
+                           plot_sweep=lambda *args, **kwargs: None)
     lines = printed.splitlines()
     assert len(lines) == len(readings), printed
     for line, reading in zip(lines, readings):
         assert reading in line, printed
+
+
+def test_gpu_peak_check_reads_no_deprecated_tf32_flag(monkeypatch):
+    # With TF32 allowed the torch >= 2.9 way, reading torch.backends.cuda.matmul.allow_tf32
+    # raises; the sweep ran with TF32 off (dx.allow_tf32), so the cell needs no flag at all.
+    monkeypatch.setattr(torch.cuda, "get_device_name",
+                        lambda device=None: "NVIDIA H100 80GB HBM3")
+    rates = {"float32": {2048: 5e4}, "float16": {2048: 5e5}}     # GFLOP/s
+    with dx.allow_tf32(True):
+        printed = run_cell("8a9bf16a", accel=torch.device("cuda", 0), gpu_copy=3000.0,
+                           gpu_rates=rates)
+    assert "float32: 75% of 67 TFLOP/s" in printed and "float16: 51% of 989.4" in printed
