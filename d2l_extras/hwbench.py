@@ -480,12 +480,27 @@ class Roof:
         return attainable(intensity, self.bandwidth_gbps, self.peak_gflops)
 
 
-def roof_violations(kernels: Sequence[Kernel], roof: Roof, tolerance: float = 0.1) -> list[str]:
-    """Kernels measured above the roof by more than `tolerance` (a fraction), described."""
+def roof_violations(kernels: Sequence[Kernel], roof: Roof, tolerance: float = 0.1,
+                    cache_bytes: float = 0) -> list[str]:
+    """Kernels measured above the roof by more than `tolerance` (a fraction), described.
+
+    A cache of `cache_bytes` may keep that much of a kernel's data from one call to the next, so
+    that only the rest crosses the memory bus: a kernel moving B bytes then meets the slanted
+    roof at bandwidth x B / (B - cache_bytes), and one that fits the cache the flat roof alone.
+    """
     if not 0 <= tolerance < 1:
         raise ValueError(f"tolerance is a fraction in [0, 1), got {tolerance}")
-    return [f"{k.name}: {k.gflops:.3g} GFLOP/s > roof {roof.attainable(k.intensity):.3g}"
-            for k in kernels if k.gflops > (1 + tolerance) * roof.attainable(k.intensity)]
+    if not cache_bytes >= 0:
+        raise ValueError(f"cache_bytes is a size in bytes >= 0 (0: no cache), got {cache_bytes}")
+
+    def bound(k: Kernel) -> float:
+        if k.bytes <= cache_bytes:
+            return roof.peak_gflops
+        bandwidth = roof.bandwidth_gbps * k.bytes / (k.bytes - cache_bytes)
+        return attainable(k.intensity, bandwidth, roof.peak_gflops)
+
+    return [f"{k.name}: {k.gflops:.3g} GFLOP/s > roof {bound(k):.3g}"
+            for k in kernels if k.gflops > (1 + tolerance) * bound(k)]
 
 
 def roofline(n: int | None = None, k: int | None = None,
@@ -827,71 +842,89 @@ class GpuPeak:
 
     name: str
     memory_gbps: float
-    tflops: dict            # dtype -> dense TFLOP/s (no sparsity); "tfloat32": float32 on Tensor Cores
+    tflops: dict            # dtype -> dense TFLOP/s (no sparsity); "tfloat32" and "float8" too
     host_link_gbps: float   # PCIe x16 per direction: gen3 15.75, gen4 31.5, gen5 63 GB/s (PCI-SIG)
     l2_mb: float
     source: str
 
     def matmul_tflops(self, dtype: str | torch.dtype, tf32: bool = False) -> float | None:
         """Published dense peak for a matmul in dtype (float32 uses the TF32 figure if allowed)."""
-        name = _dtype_name(_as_dtype(dtype))
+        # "tfloat32" and "float8" are no dtypes a product is timed in here, but the table has them
+        name = dtype if dtype in ("tfloat32", "float8") else _dtype_name(_as_dtype(dtype))
         if name == "float32" and tf32 and "tfloat32" in self.tflops:
             name = "tfloat32"
         return self.tflops.get(name)
 
 
 _DS = "NVIDIA data sheet: "
-# Regular expressions tried in order against torch.cuda.get_device_name(); sparse figures are
-# halved to dense ones. GeForce float16 is the FP16-accumulate figure (the chip's true ceiling).
+# Each pattern must match the whole model name torch.cuda.get_device_name() reports, after an
+# optional "NVIDIA ", "Tesla " or "GeForce ": a variant with other clocks or memory (a laptop
+# part, an RTX 4090 D, an A10G, a MIG slice) matches no row and is promised nothing. Sparse
+# figures are halved to dense ones. GeForce float16 is the FP16-accumulate figure (the chip's
+# true ceiling). Not here, for want of one published figure per reported name: GH200 (96 GB at
+# 4 TB/s or 144 GB at 4.9 TB/s, names that may not tell them apart), B200 (figures that changed
+# between announcements), RTX 50xx, laptop GPUs (clocks set by each laptop maker).
 PUBLISHED_PEAKS: list[tuple[str, GpuPeak]] = [
-    (r"\bH100\b.*(SXM|HBM3)", GpuPeak(
+    (r"H100 80GB HBM3|H100 SXM5?( 80GB)?", GpuPeak(
         "H100 SXM5 80GB", 3350, {"float64": 34, "float32": 67, "tfloat32": 494.7,
                                  "bfloat16": 989.4, "float16": 989.4, "float8": 1978.9},
         63, 50, _DS + "https://www.nvidia.com/en-us/data-center/h100/")),
-    (r"\bH100\b.*PCIe", GpuPeak(
+    (r"H100( 80GB)? PCIe", GpuPeak(
         "H100 PCIe 80GB", 2000, {"float64": 26, "float32": 51, "tfloat32": 378,
                                  "bfloat16": 756, "float16": 756, "float8": 1513},
         63, 50, _DS + "https://www.nvidia.com/en-us/data-center/h100/")),
-    (r"(?<![A-Z])H200\b(?!.*NVL)", GpuPeak(
+    (r"H100 NVL", GpuPeak(
+        "H100 NVL 94GB", 3900, {"float64": 30, "float32": 60, "tfloat32": 417.5,
+                                "bfloat16": 835.5, "float16": 835.5, "float8": 1670.5},
+        63, 50, _DS + "https://www.nvidia.com/en-us/data-center/h100/")),
+    (r"H200( SXM)?( 141GB)?", GpuPeak(
         "H200 SXM 141GB", 4800, {"float64": 34, "float32": 67, "tfloat32": 494.7,
                                  "bfloat16": 989.4, "float16": 989.4, "float8": 1978.9},
         63, 50, _DS + "https://www.nvidia.com/en-us/data-center/h200/")),
-    (r"\bA100\b.*SXM4?-80GB", GpuPeak(
+    (r"A100-SXM4-80GB", GpuPeak(
         "A100 SXM4 80GB", 2039, {"float64": 9.7, "float32": 19.5, "tfloat32": 156,
                                  "bfloat16": 312, "float16": 312},
         31.5, 40, _DS + "https://www.nvidia.com/en-us/data-center/a100/")),
-    (r"\bA100\b.*80GB.*PCIe|\bA100\b.*PCIe.*80GB", GpuPeak(
+    (r"A100 80GB PCIe|A100-PCIE-80GB", GpuPeak(
         "A100 PCIe 80GB", 1935, {"float64": 9.7, "float32": 19.5, "tfloat32": 156,
                                  "bfloat16": 312, "float16": 312},
         31.5, 40, _DS + "https://www.nvidia.com/en-us/data-center/a100/")),
-    (r"\bA100\b", GpuPeak(
+    (r"A100-(SXM4|PCIE)-40GB", GpuPeak(
         "A100 40GB", 1555, {"float64": 9.7, "float32": 19.5, "tfloat32": 156,
                             "bfloat16": 312, "float16": 312},
         31.5, 40, _DS + "https://www.nvidia.com/en-us/data-center/a100/")),
-    (r"\bV100S\b", GpuPeak(
+    (r"V100S-PCIE-32GB", GpuPeak(
         "V100S PCIe 32GB", 1134, {"float64": 8.2, "float32": 16.4, "float16": 130},
         15.75, 6, _DS + "https://www.nvidia.com/en-us/data-center/v100/")),
-    (r"\bV100\b.*SXM", GpuPeak(
+    (r"V100-SXM2-(16|32)GB", GpuPeak(
         "V100 SXM2", 900, {"float64": 7.8, "float32": 15.7, "float16": 125},
         15.75, 6, _DS + "https://www.nvidia.com/en-us/data-center/v100/")),
-    (r"\bV100\b", GpuPeak(
+    (r"V100-PCIE-(16|32)GB", GpuPeak(
         "V100 PCIe", 900, {"float64": 7, "float32": 14, "float16": 112},
         15.75, 6, _DS + "https://www.nvidia.com/en-us/data-center/v100/")),
-    (r"\bT4\b", GpuPeak(
+    # Pascal: no Tensor Cores; float16 runs at twice the float32 rate on the CUDA cores.
+    (r"P100-PCIE-16GB", GpuPeak(
+        "P100 PCIe 16GB", 732, {"float64": 4.7, "float32": 9.3, "float16": 18.7},
+        15.75, 4, _DS + "https://www.nvidia.com/en-us/data-center/tesla-p100/")),
+    (r"T4", GpuPeak(
         "T4", 320, {"float32": 8.1, "float16": 65},
         15.75, 4, _DS + "https://www.nvidia.com/en-us/data-center/tesla-t4/")),
-    (r"\bL4\b", GpuPeak(
+    (r"L4", GpuPeak(
         "L4", 300, {"float32": 30.3, "tfloat32": 60, "bfloat16": 121, "float16": 121,
                     "float8": 242.5},
         31.5, 48, _DS + "https://www.nvidia.com/en-us/data-center/l4/")),
-    (r"\bA10\b", GpuPeak(
+    (r"L40S", GpuPeak(
+        "L40S", 864, {"float32": 91.6, "tfloat32": 183, "bfloat16": 362.05,
+                      "float16": 362.05, "float8": 733},
+        31.5, 96, _DS + "https://www.nvidia.com/en-us/data-center/l40s/")),
+    (r"A10", GpuPeak(
         "A10", 600, {"float32": 31.2, "tfloat32": 62.5, "bfloat16": 125, "float16": 125},
         31.5, 6, _DS + "https://www.nvidia.com/en-us/data-center/products/a10-gpu/")),
     (r"RTX 4090", GpuPeak(
         "GeForce RTX 4090", 1008, {"float32": 82.6, "tfloat32": 82.6, "bfloat16": 165.2,
                                    "float16": 330.3},
         31.5, 72, "NVIDIA Ada Lovelace architecture whitepaper (2022), appendix A")),
-    (r"RTX 3090(?! Ti)", GpuPeak(
+    (r"RTX 3090", GpuPeak(
         "GeForce RTX 3090", 936, {"float32": 35.6, "tfloat32": 35.6, "bfloat16": 71,
                                   "float16": 142},
         31.5, 6, "NVIDIA Ampere GA102 architecture whitepaper (2020), appendix A")),
@@ -903,7 +936,8 @@ def published_peak(device_name: str) -> GpuPeak | None:
     if not isinstance(device_name, str):
         raise ValueError(f"published_peak() needs the GPU's name as a string, e.g. "
                          f"torch.cuda.get_device_name(0); got {device_name!r}")
+    name = " ".join(device_name.split())
     for pattern, peak in PUBLISHED_PEAKS:
-        if re.search(pattern, device_name, flags=re.IGNORECASE):
+        if re.fullmatch(rf"(NVIDIA |Tesla )?(GeForce )?({pattern})", name, re.IGNORECASE):
             return peak
     return None

@@ -115,3 +115,43 @@ def test_gpu_peak_check_reads_no_deprecated_tf32_flag(monkeypatch):
         printed = run_cell("8a9bf16a", accel=torch.device("cuda", 0), gpu_copy=3000.0,
                            gpu_rates=rates)
     assert "float32: 75% of 67 TFLOP/s" in printed and "float16: 51% of 989.4" in printed
+
+
+def test_an_unknown_gpu_gets_no_published_peak_and_no_claim(monkeypatch):
+    # A laptop RTX 4090 (576 GB/s, clocks set by the laptop) once met the desktop card's peaks.
+    name = "NVIDIA GeForce RTX 4090 Laptop GPU"
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+    printed = run_cell("8a9bf16a", accel=torch.device("cuda", 0), gpu_copy=2000.0,
+                       gpu_rates={"float32": {2048: 1e5}})
+    assert printed == f"GPU check skipped: no published peak for {name}\n"
+    printed = run_cell("1dc31eab", accel=torch.device("cuda", 0), gpu_name=name, peak=None)
+    assert printed == f"GPU roofline check skipped: no published peak for {name}\n"
+
+
+def h100_kernels(add_gbps=3000, mv_gbps=3000, mm_tflops=50):
+    """notebook 04's three roofline points at ci sizes on an H100, at the given speeds."""
+    n, m, k = 2 ** 24, 2 ** 12, 1024
+    counts = [("vector add", n, 12 * n, n, add_gbps * 1e9 / (12 * n)),
+              ("matrix-vector", 2 * m * m, 4 * (m * m + 2 * m), m,
+               mv_gbps * 1e9 / (4 * (m * m + 2 * m))),
+              ("matrix-matrix", 2 * k ** 3, 12 * k * k, k, mm_tflops * 1e12 / (2 * k ** 3))]
+    return [dx.Kernel(name, flops, nbytes, 1 / calls, size)
+            for name, flops, nbytes, size, calls in counts]
+
+
+@pytest.mark.parametrize("speeds, above", [
+    ({}, None),
+    ({"mv_gbps": 6000}, None),            # its 67 MB matrix may come partly from the 50 MB L2
+    ({"add_gbps": 6000}, "vector add"),   # 201 MB per call: no cache serves that much
+    ({"mm_tflops": 90}, "matrix-matrix")])  # above the 67 TFLOP/s of FP32
+def test_gpu_roofline_is_held_to_the_data_sheets_roof(speeds, above):
+    namespace = dict(accel=torch.device("cuda", 0), gpu_name="NVIDIA H100 80GB HBM3",
+                     peak=dx.published_peak("NVIDIA H100 80GB HBM3"),
+                     gpu_kernels=h100_kernels(**speeds))
+    if above is None:
+        assert run_cell("1dc31eab", **namespace) == (
+            "all 3 points under the H100 SXM5 80GB's published roof: 3350 GB/s, "
+            "67 TFLOP/s in float32\n")
+    else:
+        with pytest.raises(AssertionError, match=f"data sheet's roof: .'{above}:"):
+            run_cell("1dc31eab", **namespace)
