@@ -34,18 +34,19 @@ _EXPORTS = {
                   "profile_trace", "record_timeline", "trace_events"],
     # hardware: measurements of this machine
     "hwbench": ["Gather", "GpuPeak", "Kernel", "Loopback", "LoopVsVector", "PUBLISHED_PEAKS",
-                "Rate", "Roof", "StorageReads", "attainable", "cache_sizes",
+                "Rate", "Roof", "StorageReads", "TENSOR_CORE_DTYPES", "attainable", "cache_sizes",
                 "cache_sweep", "copy_bandwidth", "default_matmul_sizes", "default_sweep_sizes",
                 "dtype_supported", "gather_time", "host_device_bandwidth", "launch_overhead",
                 "loop_vs_vectorized", "loopback_network", "machine_load", "matmul_rate",
                 "matmul_sweep", "p2p_access", "peer_bandwidth", "published_peak",
-                "roof_violations", "roofline", "storage_reads", "time_per_call"],
+                "roof_violations", "roofline", "storage_reads", "tensor_core_dtypes",
+                "time_per_call"],
     # multiple GPUs: data, models, data parallelism (ddp.py runs under torchrun)
     "data": ["ImageData", "book_fashion_mnist", "data_dir", "load_data", "load_images",
              "read_idx"],
     "models": ["Residual", "init_weights", "lenet", "lenet_params", "resnet18"],
-    "parallel": ["allreduce", "evaluate_accuracy", "even_batch_size", "get_params", "replicate",
-                 "sgd", "split_batch", "strict_float32", "train_batch"],
+    "parallel": ["allow_tf32", "allreduce", "evaluate_accuracy", "even_batch_size", "get_params",
+                 "replicate", "sgd", "split_batch", "strict_float32", "train_batch"],
     # parameter servers: cost model, ring allreduce, sharded key-value store
     "costmodel": ["plot_sync_costs", "ring_time", "server_time", "sync_time", "transfer_time"],
     "ring": ["RingStats", "bus_bandwidth", "check_input", "message_sizes_mb", "process_counts",

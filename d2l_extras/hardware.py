@@ -61,7 +61,10 @@ def free_memory(device: torch.device | str | None = None) -> int:
     """Return the bytes free on a device (for the CPU: the RAM available to processes)."""
     device = torch.device(device) if device is not None else default_device()
     if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
+        # The driver's figure counts the blocks PyTorch's caching allocator keeps for reuse as
+        # used, so it shrinks after every large tensor freed; they are free to this process.
+        cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        return torch.cuda.mem_get_info(device)[0] + cached
     if device.type == "mps":
         return max(0, torch.mps.recommended_max_memory() - torch.mps.driver_allocated_memory())
     if device.type == "cpu":

@@ -332,11 +332,33 @@ def loop_vs_vectorized(n: int | None = None, repeats: int = 3, *,
     return LoopVsVector(n, lm.median / n, vm.median / n, min(lm.warm) / n, min(vm.warm) / n)
 
 
+# The dtypes a CUDA GPU multiplies on its Tensor Cores, and the compute capability that brought
+# each (NVIDIA CUDA C++ Programming Guide, "Compute Capabilities"): float16 with Volta (7.0) and
+# Turing (7.5), bfloat16 and TF32 with Ampere (8.0), FP8 with Ada (8.9) and Hopper (9.0). Pascal
+# (6.x: P100, GTX 10xx) and older have none. "tfloat32" is float32 rounded to TF32 on the way in.
+TENSOR_CORE_DTYPES: dict[str, tuple[int, int]] = {
+    "float16": (7, 0), "bfloat16": (8, 0), "tfloat32": (8, 0), "float8": (8, 9)}
+
+
+def tensor_core_dtypes(capability: tuple[int, int]) -> list[str]:
+    """The dtypes a CUDA GPU of compute capability (major, minor) multiplies on Tensor Cores."""
+    try:
+        major, minor = capability
+        key = (whole_number(major, "major", 0), whole_number(minor, "minor", 0))
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"capability is (major, minor), as torch.cuda.get_device_capability(0) "
+                         f"returns it, e.g. (7, 5) for a T4; got {capability!r}") from err
+    return [name for name, since in TENSOR_CORE_DTYPES.items() if key >= since]
+
+
 def dtype_supported(dtype: str | torch.dtype, device: torch.device | str | None = None) -> bool:
-    """Whether a small matrix multiply in this dtype runs on this device."""
+    """Whether this device multiplies matrices in this dtype natively (emulation does not count)."""
     dtype, device = _as_dtype(dtype), _as_device(device)
-    if device.type == "cuda" and dtype == torch.bfloat16:
-        return torch.cuda.is_bf16_supported()
+    if device.type == "cuda" and dtype == torch.bfloat16 and not torch.version.hip:
+        # torch.cuda.is_bf16_supported() says True on Turing (a T4), which only emulates
+        # bfloat16, and it asks about the current GPU, not this one: ask this one's capability.
+        capability = torch.cuda.get_device_capability(device)
+        return "bfloat16" in tensor_core_dtypes(capability)
     if device.type == "mps" and dtype == torch.float64:
         return False  # Apple GPUs have no float64
     try:
@@ -352,7 +374,8 @@ def matmul_rate(n: int, dtype: str | torch.dtype = "float32",
     """FLOP/s of an n x n matrix product (2 n^3 operations per call)."""
     n, dtype, device = whole_number(n, "n"), _as_dtype(dtype), _as_device(device)
     if not dtype_supported(dtype, device):
-        raise ValueError(f"{_dtype_name(dtype)} matrix multiply is not supported on {device}")
+        raise ValueError(f"{_dtype_name(dtype)} matrix multiply is not supported natively on "
+                         f"{device}; dtype_supported() says which dtypes are")
     itemsize = torch.empty(0, dtype=dtype).element_size()
     if fit_to_memory(n * n, 3 * itemsize, device, 0.5, minimum=1) < n * n:
         raise ValueError(f"{n} x {n} {_dtype_name(dtype)} matrices do not fit in half of the "
@@ -370,7 +393,7 @@ def matmul_sweep(sizes: Sequence[int] | None = None,
                  dtypes: Sequence[str | torch.dtype] = ("float64", "float32", "bfloat16"),
                  device: torch.device | str | None = None, repeats: int = 3, *,
                  clock: Clock = time.perf_counter) -> list[Rate]:
-    """matmul_rate for every size and every dtype this device supports (others are skipped)."""
+    """matmul_rate for every size and every dtype this device runs natively (others are skipped)."""
     device = _as_device(device)
     if sizes is None:
         sizes = default_matmul_sizes(device)
@@ -457,12 +480,27 @@ class Roof:
         return attainable(intensity, self.bandwidth_gbps, self.peak_gflops)
 
 
-def roof_violations(kernels: Sequence[Kernel], roof: Roof, tolerance: float = 0.1) -> list[str]:
-    """Kernels measured above the roof by more than `tolerance` (a fraction), described."""
+def roof_violations(kernels: Sequence[Kernel], roof: Roof, tolerance: float = 0.1,
+                    cache_bytes: float = 0) -> list[str]:
+    """Kernels measured above the roof by more than `tolerance` (a fraction), described.
+
+    A cache of `cache_bytes` may keep that much of a kernel's data from one call to the next, so
+    that only the rest crosses the memory bus: a kernel moving B bytes then meets the slanted
+    roof at bandwidth x B / (B - cache_bytes), and one that fits the cache the flat roof alone.
+    """
     if not 0 <= tolerance < 1:
         raise ValueError(f"tolerance is a fraction in [0, 1), got {tolerance}")
-    return [f"{k.name}: {k.gflops:.3g} GFLOP/s > roof {roof.attainable(k.intensity):.3g}"
-            for k in kernels if k.gflops > (1 + tolerance) * roof.attainable(k.intensity)]
+    if not cache_bytes >= 0:
+        raise ValueError(f"cache_bytes is a size in bytes >= 0 (0: no cache), got {cache_bytes}")
+
+    def bound(k: Kernel) -> float:
+        if k.bytes <= cache_bytes:
+            return roof.peak_gflops
+        bandwidth = roof.bandwidth_gbps * k.bytes / (k.bytes - cache_bytes)
+        return attainable(k.intensity, bandwidth, roof.peak_gflops)
+
+    return [f"{k.name}: {k.gflops:.3g} GFLOP/s > roof {bound(k):.3g}"
+            for k in kernels if k.gflops > (1 + tolerance) * bound(k)]
 
 
 def roofline(n: int | None = None, k: int | None = None,
@@ -804,71 +842,89 @@ class GpuPeak:
 
     name: str
     memory_gbps: float
-    tflops: dict            # dtype -> dense TFLOP/s (no sparsity); "tfloat32": float32 on Tensor Cores
+    tflops: dict            # dtype -> dense TFLOP/s (no sparsity); "tfloat32" and "float8" too
     host_link_gbps: float   # PCIe x16 per direction: gen3 15.75, gen4 31.5, gen5 63 GB/s (PCI-SIG)
     l2_mb: float
     source: str
 
     def matmul_tflops(self, dtype: str | torch.dtype, tf32: bool = False) -> float | None:
         """Published dense peak for a matmul in dtype (float32 uses the TF32 figure if allowed)."""
-        name = _dtype_name(_as_dtype(dtype))
+        # "tfloat32" and "float8" are no dtypes a product is timed in here, but the table has them
+        name = dtype if dtype in ("tfloat32", "float8") else _dtype_name(_as_dtype(dtype))
         if name == "float32" and tf32 and "tfloat32" in self.tflops:
             name = "tfloat32"
         return self.tflops.get(name)
 
 
 _DS = "NVIDIA data sheet: "
-# Regular expressions tried in order against torch.cuda.get_device_name(); sparse figures are
-# halved to dense ones. GeForce float16 is the FP16-accumulate figure (the chip's true ceiling).
+# Each pattern must match the whole model name torch.cuda.get_device_name() reports, after an
+# optional "NVIDIA ", "Tesla " or "GeForce ": a variant with other clocks or memory (a laptop
+# part, an RTX 4090 D, an A10G, a MIG slice) matches no row and is promised nothing. Sparse
+# figures are halved to dense ones. GeForce float16 is the FP16-accumulate figure (the chip's
+# true ceiling). Not here, for want of one published figure per reported name: GH200 (96 GB at
+# 4 TB/s or 144 GB at 4.9 TB/s, names that may not tell them apart), B200 (figures that changed
+# between announcements), RTX 50xx, laptop GPUs (clocks set by each laptop maker).
 PUBLISHED_PEAKS: list[tuple[str, GpuPeak]] = [
-    (r"\bH100\b.*(SXM|HBM3)", GpuPeak(
+    (r"H100 80GB HBM3|H100 SXM5?( 80GB)?", GpuPeak(
         "H100 SXM5 80GB", 3350, {"float64": 34, "float32": 67, "tfloat32": 494.7,
                                  "bfloat16": 989.4, "float16": 989.4, "float8": 1978.9},
         63, 50, _DS + "https://www.nvidia.com/en-us/data-center/h100/")),
-    (r"\bH100\b.*PCIe", GpuPeak(
+    (r"H100( 80GB)? PCIe", GpuPeak(
         "H100 PCIe 80GB", 2000, {"float64": 26, "float32": 51, "tfloat32": 378,
                                  "bfloat16": 756, "float16": 756, "float8": 1513},
         63, 50, _DS + "https://www.nvidia.com/en-us/data-center/h100/")),
-    (r"(?<![A-Z])H200\b(?!.*NVL)", GpuPeak(
+    (r"H100 NVL", GpuPeak(
+        "H100 NVL 94GB", 3900, {"float64": 30, "float32": 60, "tfloat32": 417.5,
+                                "bfloat16": 835.5, "float16": 835.5, "float8": 1670.5},
+        63, 50, _DS + "https://www.nvidia.com/en-us/data-center/h100/")),
+    (r"H200( SXM)?( 141GB)?", GpuPeak(
         "H200 SXM 141GB", 4800, {"float64": 34, "float32": 67, "tfloat32": 494.7,
                                  "bfloat16": 989.4, "float16": 989.4, "float8": 1978.9},
         63, 50, _DS + "https://www.nvidia.com/en-us/data-center/h200/")),
-    (r"\bA100\b.*SXM4?-80GB", GpuPeak(
+    (r"A100-SXM4-80GB", GpuPeak(
         "A100 SXM4 80GB", 2039, {"float64": 9.7, "float32": 19.5, "tfloat32": 156,
                                  "bfloat16": 312, "float16": 312},
         31.5, 40, _DS + "https://www.nvidia.com/en-us/data-center/a100/")),
-    (r"\bA100\b.*80GB.*PCIe|\bA100\b.*PCIe.*80GB", GpuPeak(
+    (r"A100 80GB PCIe|A100-PCIE-80GB", GpuPeak(
         "A100 PCIe 80GB", 1935, {"float64": 9.7, "float32": 19.5, "tfloat32": 156,
                                  "bfloat16": 312, "float16": 312},
         31.5, 40, _DS + "https://www.nvidia.com/en-us/data-center/a100/")),
-    (r"\bA100\b", GpuPeak(
+    (r"A100-(SXM4|PCIE)-40GB", GpuPeak(
         "A100 40GB", 1555, {"float64": 9.7, "float32": 19.5, "tfloat32": 156,
                             "bfloat16": 312, "float16": 312},
         31.5, 40, _DS + "https://www.nvidia.com/en-us/data-center/a100/")),
-    (r"\bV100S\b", GpuPeak(
+    (r"V100S-PCIE-32GB", GpuPeak(
         "V100S PCIe 32GB", 1134, {"float64": 8.2, "float32": 16.4, "float16": 130},
         15.75, 6, _DS + "https://www.nvidia.com/en-us/data-center/v100/")),
-    (r"\bV100\b.*SXM", GpuPeak(
+    (r"V100-SXM2-(16|32)GB", GpuPeak(
         "V100 SXM2", 900, {"float64": 7.8, "float32": 15.7, "float16": 125},
         15.75, 6, _DS + "https://www.nvidia.com/en-us/data-center/v100/")),
-    (r"\bV100\b", GpuPeak(
+    (r"V100-PCIE-(16|32)GB", GpuPeak(
         "V100 PCIe", 900, {"float64": 7, "float32": 14, "float16": 112},
         15.75, 6, _DS + "https://www.nvidia.com/en-us/data-center/v100/")),
-    (r"\bT4\b", GpuPeak(
+    # Pascal: no Tensor Cores; float16 runs at twice the float32 rate on the CUDA cores.
+    (r"P100-PCIE-16GB", GpuPeak(
+        "P100 PCIe 16GB", 732, {"float64": 4.7, "float32": 9.3, "float16": 18.7},
+        15.75, 4, _DS + "https://www.nvidia.com/en-us/data-center/tesla-p100/")),
+    (r"T4", GpuPeak(
         "T4", 320, {"float32": 8.1, "float16": 65},
         15.75, 4, _DS + "https://www.nvidia.com/en-us/data-center/tesla-t4/")),
-    (r"\bL4\b", GpuPeak(
+    (r"L4", GpuPeak(
         "L4", 300, {"float32": 30.3, "tfloat32": 60, "bfloat16": 121, "float16": 121,
                     "float8": 242.5},
         31.5, 48, _DS + "https://www.nvidia.com/en-us/data-center/l4/")),
-    (r"\bA10\b", GpuPeak(
+    (r"L40S", GpuPeak(
+        "L40S", 864, {"float32": 91.6, "tfloat32": 183, "bfloat16": 362.05,
+                      "float16": 362.05, "float8": 733},
+        31.5, 96, _DS + "https://www.nvidia.com/en-us/data-center/l40s/")),
+    (r"A10", GpuPeak(
         "A10", 600, {"float32": 31.2, "tfloat32": 62.5, "bfloat16": 125, "float16": 125},
         31.5, 6, _DS + "https://www.nvidia.com/en-us/data-center/products/a10-gpu/")),
     (r"RTX 4090", GpuPeak(
         "GeForce RTX 4090", 1008, {"float32": 82.6, "tfloat32": 82.6, "bfloat16": 165.2,
                                    "float16": 330.3},
         31.5, 72, "NVIDIA Ada Lovelace architecture whitepaper (2022), appendix A")),
-    (r"RTX 3090(?! Ti)", GpuPeak(
+    (r"RTX 3090", GpuPeak(
         "GeForce RTX 3090", 936, {"float32": 35.6, "tfloat32": 35.6, "bfloat16": 71,
                                   "float16": 142},
         31.5, 6, "NVIDIA Ampere GA102 architecture whitepaper (2020), appendix A")),
@@ -880,7 +936,8 @@ def published_peak(device_name: str) -> GpuPeak | None:
     if not isinstance(device_name, str):
         raise ValueError(f"published_peak() needs the GPU's name as a string, e.g. "
                          f"torch.cuda.get_device_name(0); got {device_name!r}")
+    name = " ".join(device_name.split())
     for pattern, peak in PUBLISHED_PEAKS:
-        if re.search(pattern, device_name, flags=re.IGNORECASE):
+        if re.fullmatch(rf"(NVIDIA |Tesla )?(GeForce )?({pattern})", name, re.IGNORECASE):
             return peak
     return None

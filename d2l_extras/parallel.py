@@ -114,6 +114,41 @@ def even_batch_size(batch_size: int, k: int) -> int:
     return -(-batch_size // k) * k
 
 
+def _tf32_switches(allowed: bool) -> list[tuple[object, str, object]]:
+    """(settings, attribute, value) of every switch that lets float32 run as TF32, parents first."""
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    if torch.__version__ >= "2.9":  # a TorchVersion: compares 2.10 > 2.9 as numbers
+        # From 2.9 the allow_tf32 flags are deprecated: setting one warns, and reading one raises
+        # once TF32 was set through fp32_precision ("ieee": true float32, or "tf32"). cuDNN's
+        # own value comes first: setting it overrides its convolutions' and recurrent layers'.
+        value = "tf32" if allowed else "ieee"
+        return [(matmul, "fp32_precision", value), (cudnn, "fp32_precision", value),
+                (cudnn.conv, "fp32_precision", value), (cudnn.rnn, "fp32_precision", value)]
+    return [(matmul, "allow_tf32", allowed), (cudnn, "allow_tf32", allowed)]
+
+
+@contextlib.contextmanager
+def allow_tf32(allowed: bool) -> Iterator[None]:
+    """Within the block, CUDA float32 matmuls and cuDNN layers may (True) or may not run as TF32.
+
+    TF32 keeps float32's range but a 10-bit mantissa, and runs on the Tensor Cores of Ampere and
+    later GPUs. The settings are restored on leaving, even after an error. torch 2.9 and later
+    are set through fp32_precision, earlier releases through the allow_tf32 flags.
+    """
+    if not isinstance(allowed, bool):
+        raise ValueError(f"allow_tf32() takes True (TF32 allowed) or False (true float32), "
+                         f"got {allowed!r}")
+    switches = _tf32_switches(allowed)
+    saved = [getattr(settings, name) for settings, name, _ in switches]
+    try:
+        for settings, name, value in switches:
+            setattr(settings, name, value)
+        yield
+    finally:
+        for (settings, name, _), value in zip(switches, saved):
+            setattr(settings, name, value)
+
+
 @contextlib.contextmanager
 def strict_float32() -> Iterator[None]:
     """Within the block, GPUs compute float32 in full precision and cuDNN deterministically.
@@ -123,14 +158,14 @@ def strict_float32() -> Iterator[None]:
     then k devices and one device differ by far more than float32 rounding. The old settings
     are restored on leaving, even after an error.
     """
-    cuda, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
-    saved = (cuda.allow_tf32, cudnn.allow_tf32, cudnn.deterministic, cudnn.benchmark)
-    try:
-        cuda.allow_tf32, cudnn.allow_tf32 = False, False
-        cudnn.deterministic, cudnn.benchmark = True, False
-        yield
-    finally:
-        cuda.allow_tf32, cudnn.allow_tf32, cudnn.deterministic, cudnn.benchmark = saved
+    cudnn = torch.backends.cudnn
+    saved = (cudnn.deterministic, cudnn.benchmark)
+    with allow_tf32(False):
+        try:
+            cudnn.deterministic, cudnn.benchmark = True, False
+            yield
+        finally:
+            cudnn.deterministic, cudnn.benchmark = saved
 
 
 def replicate(module: nn.Module, devices: Sequence[torch.device | str]) -> list[nn.Module]:

@@ -69,6 +69,14 @@ def defining_cells(name: str, names: list[str]) -> list[str]:
     return sources
 
 
+def cell_source(name: str, cell_id: str) -> str:
+    """The source of notebook `name`'s code cell `cell_id`, for a test to run with fakes."""
+    for cell in json.loads(notebook_path(name).read_text(encoding="utf-8"))["cells"]:
+        if cell["cell_type"] == "code" and cell.get("id") == cell_id:
+            return "".join(cell["source"])
+    raise KeyError(f"{name}: no code cell with id {cell_id!r}")
+
+
 def notebook_namespace(name: str, names: list[str]) -> dict:
     """Execute the defining cells of notebook `name` (see the module docstring); return globals."""
     import d2l_extras

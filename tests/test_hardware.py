@@ -72,6 +72,22 @@ def test_default_device_and_free_memory():
     assert dx.free_memory("cpu") > 0
 
 
+def test_free_memory_counts_the_allocators_cache_as_free(monkeypatch):
+    # The driver sees 2 GiB free; PyTorch reserved 6 GiB, of which live tensors use 1 GiB. The
+    # other 5 GiB, cached from tensors already freed, are this process's to reuse: 7 GiB free.
+    GiB, asked = 1024 ** 3, []
+
+    def answer(value):
+        return lambda device=None: asked.append(device) or value
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", answer((2 * GiB, 16 * GiB)))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", answer(6 * GiB))
+    monkeypatch.setattr(torch.cuda, "memory_allocated", answer(1 * GiB))
+    assert dx.free_memory("cuda:1") == 7 * GiB
+    assert set(asked) == {torch.device("cuda", 1)}  # every figure is that GPU's
+    assert dx.fit_to_memory(10 ** 12, 1, "cuda:1", fraction=1) == 7 * GiB
+
+
 def test_free_memory_rejects_unknown_device():
     with pytest.raises(ValueError, match="cpu, cuda and mps"):
         dx.free_memory("meta")

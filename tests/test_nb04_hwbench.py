@@ -2,13 +2,21 @@
 itself: each counts the same bytes, FLOPs and elements as its tested twin in d2l_extras.hwbench
 (issue 16: such checks leave the lesson). Both run on a fake clock, dx.TickClock(), which
 advances one second at every read: every timed stretch then "lasts" exactly one second, so a
-rate is exactly what was counted, whatever the load on the machine."""
+rate is exactly what was counted, whatever the load on the machine.
+
+The GPU cells run here too, on any machine: torch.cuda describes a fake GPU and the
+measurements are replaced by known numbers, so what a cell concludes is checked for a T4, a P100
+and an H100 without one."""
+import contextlib
+import io
 import json
 
 import pytest
+import torch
 
 import d2l_extras as dx
-from nbcells import notebook_namespace, notebook_path
+from d2l_extras import parallel
+from nbcells import cell_source, notebook_namespace, notebook_path
 
 MiB = 2 ** 20
 NAMES = ["copy_rate", "gather_times", "axpy_times", "matmul_gflops", "random_read_times"]
@@ -55,3 +63,95 @@ def test_twin_checks_left_the_lesson():
     cells = json.loads(notebook_path("04").read_text(encoding="utf-8"))["cells"]
     code = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
     assert "TickClock" not in code, "fake-clock twin checks belong in this test file"
+
+
+def run_cell(cell_id, **names):
+    """Run notebook 04's cell `cell_id` with `names`, dx and torch as globals; return its print."""
+    namespace = {"dx": dx, "torch": torch, **names}
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        exec(compile(cell_source("04", cell_id), f"<04:{cell_id}>", "exec"), namespace)
+    return out.getvalue()
+
+
+def tf32_off():
+    """Whether every switch that lets float32 run as TF32 is off now."""
+    return all(getattr(settings, name) == off
+               for settings, name, off in parallel._tf32_switches(False))
+
+
+def fake_sweep(device, dtypes):
+    """The notebook's matmul_sweep on a fake GPU: 10 TFLOP/s in every dtype it runs natively."""
+    assert tf32_off(), "float32 was swept with TF32 allowed"
+    names = [str(dt).removeprefix("torch.") for dt in dtypes]
+    return {n: {2048: 1e4} for n in names if n != "bfloat16" or dx.dtype_supported(n, device)}
+
+
+@pytest.mark.parametrize("capability, readings", [
+    ((7, 5), ["float32: 10 TFLOP/s (without", "float16: 10 TFLOP/s (on Tensor",
+              "bfloat16: skipped"]),                                              # T4
+    ((6, 0), ["float32: 10 TFLOP/s (without", "float16: 10 TFLOP/s (without",
+              "bfloat16: skipped"]),                                              # P100
+    ((9, 0), ["float32: 10 TFLOP/s (without", "float16: 10 TFLOP/s (on Tensor",
+              "bfloat16: 10 TFLOP/s (on Tensor"])])                               # H100
+def test_gpu_sweep_says_which_dtypes_ran_on_tensor_cores(monkeypatch, capability, readings):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: True)
+    with dx.allow_tf32(True):  # a student allowed TF32: the sweep still measures float32
+        printed = run_cell("ab2ca5a9", accel=torch.device("cuda", 0), matmul_sweep=fake_sweep,
+                           plot_sweep=lambda *args, **kwargs: None)
+    lines = printed.splitlines()
+    assert len(lines) == len(readings), printed
+    for line, reading in zip(lines, readings):
+        assert reading in line, printed
+
+
+def test_gpu_peak_check_reads_no_deprecated_tf32_flag(monkeypatch):
+    # With TF32 allowed the torch >= 2.9 way, reading torch.backends.cuda.matmul.allow_tf32
+    # raises; the sweep ran with TF32 off (dx.allow_tf32), so the cell needs no flag at all.
+    monkeypatch.setattr(torch.cuda, "get_device_name",
+                        lambda device=None: "NVIDIA H100 80GB HBM3")
+    rates = {"float32": {2048: 5e4}, "float16": {2048: 5e5}}     # GFLOP/s
+    with dx.allow_tf32(True):
+        printed = run_cell("8a9bf16a", accel=torch.device("cuda", 0), gpu_copy=3000.0,
+                           gpu_rates=rates)
+    assert "float32: 75% of 67 TFLOP/s" in printed and "float16: 51% of 989.4" in printed
+
+
+def test_an_unknown_gpu_gets_no_published_peak_and_no_claim(monkeypatch):
+    # A laptop RTX 4090 (576 GB/s, clocks set by the laptop) once met the desktop card's peaks.
+    name = "NVIDIA GeForce RTX 4090 Laptop GPU"
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+    printed = run_cell("8a9bf16a", accel=torch.device("cuda", 0), gpu_copy=2000.0,
+                       gpu_rates={"float32": {2048: 1e5}})
+    assert printed == f"GPU check skipped: no published peak for {name}\n"
+    printed = run_cell("1dc31eab", accel=torch.device("cuda", 0), gpu_name=name, peak=None)
+    assert printed == f"GPU roofline check skipped: no published peak for {name}\n"
+
+
+def h100_kernels(add_gbps=3000, mv_gbps=3000, mm_tflops=50):
+    """notebook 04's three roofline points at ci sizes on an H100, at the given speeds."""
+    n, m, k = 2 ** 24, 2 ** 12, 1024
+    counts = [("vector add", n, 12 * n, n, add_gbps * 1e9 / (12 * n)),
+              ("matrix-vector", 2 * m * m, 4 * (m * m + 2 * m), m,
+               mv_gbps * 1e9 / (4 * (m * m + 2 * m))),
+              ("matrix-matrix", 2 * k ** 3, 12 * k * k, k, mm_tflops * 1e12 / (2 * k ** 3))]
+    return [dx.Kernel(name, flops, nbytes, 1 / calls, size)
+            for name, flops, nbytes, size, calls in counts]
+
+
+@pytest.mark.parametrize("speeds, above", [
+    ({}, None),
+    ({"mv_gbps": 6000}, None),            # its 67 MB matrix may come partly from the 50 MB L2
+    ({"add_gbps": 6000}, "vector add"),   # 201 MB per call: no cache serves that much
+    ({"mm_tflops": 90}, "matrix-matrix")])  # above the 67 TFLOP/s of FP32
+def test_gpu_roofline_is_held_to_the_data_sheets_roof(speeds, above):
+    namespace = dict(accel=torch.device("cuda", 0), gpu_name="NVIDIA H100 80GB HBM3",
+                     peak=dx.published_peak("NVIDIA H100 80GB HBM3"),
+                     gpu_kernels=h100_kernels(**speeds))
+    if above is None:
+        assert run_cell("1dc31eab", **namespace) == (
+            "all 3 points under the H100 SXM5 80GB's published roof: 3350 GB/s, "
+            "67 TFLOP/s in float32\n")
+    else:
+        with pytest.raises(AssertionError, match=f"data sheet's roof: .'{above}:"):
+            run_cell("1dc31eab", **namespace)

@@ -40,3 +40,15 @@ def test_names_no_cell_defines_are_reported(notebooks):
 def test_an_unknown_notebook_is_reported(notebooks):
     with pytest.raises(FileNotFoundError, match="starts with '42'"):
         nbcells.notebook_path("42")
+
+
+def test_cell_source_finds_a_code_cell_by_id(tmp_path, monkeypatch):
+    monkeypatch.setattr(nbcells, "NOTEBOOKS", tmp_path)
+    cells = [{"cell_type": "markdown", "id": "md", "metadata": {}, "source": "# T"},
+             {"cell_type": "code", "id": "abc", "metadata": {}, "outputs": [],
+              "execution_count": None, "source": ["x = 1\n", "y = 2"]}]
+    (tmp_path / "98-ids.ipynb").write_text(json.dumps({"cells": cells}))
+    assert nbcells.cell_source("98", "abc") == "x = 1\ny = 2"
+    for missing in ("md", "zz"):   # a Markdown cell is no code cell
+        with pytest.raises(KeyError, match=f"no code cell with id '{missing}'"):
+            nbcells.cell_source("98", missing)
