@@ -18,9 +18,9 @@ _EXPORTS = {
     # figures a notebook measured, collected by `make report`
     "report": ["notice", "read_records", "record"],
     "hardware": ["accelerators", "cpu_name", "default_device", "devices", "expected_gpus",
-                 "fit_to_memory",
-                 "free_memory", "hardware_report", "hardware_rows", "package_source",
-                 "platform_name", "positive_number", "square_side", "whole_number"],
+                 "fit_to_memory", "free_memory", "hardware_report", "hardware_rows",
+                 "package_source", "platform_name", "positive_number", "square_side",
+                 "whole_number"],
     "timing": ["Benchmark", "Measurement", "TickClock", "format_seconds", "synchronize"],
     "plotting": ["MIN_POINTS", "SLIDE_STYLE", "bar_chart", "log_axis", "plot_roofline",
                  "plot_timeline", "seconds_axis", "use_slide_style"],

@@ -346,9 +346,11 @@ def worker_device(local_world: int, local_rank: int = 0,
                   n_gpus: int | None = None) -> torch.device:
     """The device worker local_rank of local_world on one machine uses (see init_worker).
 
-    Its own GPU when there are at least local_world GPUs (n_gpus; default: those visible),
-    else the CPU; D2L_BACKEND=gloo in the environment asks for the CPU.
+    Its own GPU when there are at least local_world GPUs (n_gpus; default: those visible) and
+    torch has NCCL (not on Windows or macOS), else the CPU; D2L_BACKEND=gloo asks for the CPU.
     """
+    import torch.distributed as dist
+
     local_world = whole_number(local_world, "local_world")
     if not 0 <= local_rank < local_world:
         raise ValueError(f"local_rank must be in 0..{local_world - 1}, got {local_rank}")
@@ -356,7 +358,7 @@ def worker_device(local_world: int, local_rank: int = 0,
         n_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     # NCCL needs one GPU per process; with fewer GPUs than processes we fall back to gloo on CPU.
     if whole_number(n_gpus, "n_gpus", minimum=0) >= local_world \
-            and os.environ.get("D2L_BACKEND", "") != "gloo":
+            and os.environ.get("D2L_BACKEND", "") != "gloo" and dist.is_nccl_available():
         return torch.device("cuda", local_rank)
     return torch.device("cpu")
 

@@ -34,6 +34,7 @@ GB = 10 ** 9
 
 @pytest.mark.parametrize("n_gpus", range(0, 9))
 def test_run_plan_for_every_gpu_count(monkeypatch, n_gpus):
+    monkeypatch.setattr(torch.distributed, "is_nccl_available", lambda: True)  # as on Linux
     monkeypatch.delenv("D2L_BACKEND", raising=False)
     for batch in (64, 128, 256):
         plan = ddp.run_plan(n_gpus, batch, budget=80 * GB)
@@ -56,6 +57,7 @@ def test_every_run_of_notebook_06_is_sized_for_the_device_it_uses(monkeypatch, n
     monkeypatch.delenv("D2L_BACKEND", raising=False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: n_gpus > 0)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: n_gpus)
+    monkeypatch.setattr(torch.distributed, "is_nccl_available", lambda: True)  # as on Linux
     plan = ddp.run_plan(torch.cuda.device_count(), 64, budget=80 * GB)
     with monkeypatch.context() as env:  # both runs start with plan.env
         for name, value in plan.env.items():

@@ -175,9 +175,10 @@ def gpus(monkeypatch):
     """Make this machine look as if it had n CUDA GPUs (call the fixture with n)."""
     monkeypatch.delenv("D2L_BACKEND", raising=False)
 
-    def pretend(n):
+    def pretend(n, nccl=True):  # nccl=False: torch's Windows and macOS builds
         monkeypatch.setattr(torch.cuda, "is_available", lambda: n > 0)
         monkeypatch.setattr(torch.cuda, "device_count", lambda: n)
+        monkeypatch.setattr(torch.distributed, "is_nccl_available", lambda: nccl)
     return pretend
 
 
@@ -192,6 +193,12 @@ def test_worker_device_is_a_gpu_only_when_every_worker_has_one(gpus, monkeypatch
             assert device.index == (rank if want == "cuda" else None)
     monkeypatch.setenv("D2L_BACKEND", "gloo")  # asked for the CPU
     assert dx.worker_device(1).type == "cpu"
+
+
+def test_worker_device_without_nccl_is_the_cpu(gpus):
+    # On Windows torch has no NCCL: two GPUs there still run their workers on gloo, on the CPU.
+    gpus(2, nccl=False)
+    assert [dx.worker_device(2, r).type for r in range(2)] == ["cpu", "cpu"]
 
 
 def test_worker_device_rejects_bad_input(gpus):

@@ -147,6 +147,7 @@ GB = 10**9
 def test_message_sizes_follow_the_device_the_workers_use(gpus, monkeypatch):
     monkeypatch.setenv("D2L_PROFILE", "class")
     monkeypatch.delenv("D2L_BACKEND", raising=False)
+    monkeypatch.setattr(torch.distributed, "is_nccl_available", lambda: True)  # as on Linux
     for nproc in process_counts(gpus):
         sizes = message_sizes_mb(nproc, gpus, budget=80 * GB)
         on_gpus = gpus >= nproc  # NCCL: one GPU per process; else gloo on the CPU

@@ -30,8 +30,9 @@ import sys
 from pathlib import Path
 
 try:  # run as a script (python tools/nbmeta.py) or imported as tools.nbmeta
-    from tools import hosted
+    from tools import gpusupport, hosted
 except ImportError:
+    import gpusupport
     import hosted
 
 # The generic kernel: Colab, Kaggle and Studio Lab know no other name (Colab says "Unrecognized
@@ -178,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     if any(repo_path(p) for p in args.notebooks) and readme.is_file():
         text = readme.read_text(encoding="utf-8")
         new = hosted.update_readme(text, sorted((hosted.ROOT / "notebooks").glob("*.ipynb")))
+        new = gpusupport.update_readme(new)  # and the GPU-support table, from the code's rules
         if new != text:
             stale.append(readme)
             if not args.check:

@@ -1,0 +1,61 @@
+"""The README's "GPU support" table, written from the rules the code itself applies.
+
+`python tools/nbmeta.py notebooks/*.ipynb` rewrites it between the markers below, and
+tests/test_gpusupport.py fails when it is out of date. The rules: Tensor-Core dtypes from
+dx.tensor_core_dtypes (what notebook 04 sweeps), torch.compile from dx.gpu_compile_rule (what
+dx.compile_support checks before compiling), NCCL from dx.worker_device (what dx.init_worker runs).
+"""
+from __future__ import annotations
+
+import torch
+
+from d2l_extras.compiler import gpu_compile_rule
+from d2l_extras.hwbench import tensor_core_dtypes
+
+START, END = "<!-- gpu support: start -->", "<!-- gpu support: end -->"
+
+# (the GPUs, their compute capability, where a student meets them)
+GPUS = [
+    ("P100, GTX 10xx", (6, 0), "Kaggle (P100), older laptops"),
+    ("V100", (7, 0), "clouds"),
+    ("T4, RTX 20xx", (7, 5), "Colab, Kaggle (T4 x2), Studio Lab"),
+    ("A100", (8, 0), "Colab (paid), clouds"),
+    ("A10G, RTX 30xx", (8, 6), "clouds, laptops"),
+    ("L4, L40S, RTX 40xx", (8, 9), "Colab (L4), laptops"),
+    ("H100, H200", (9, 0), "clouds"),
+    ("B200", (10, 0), "clouds"),
+    ("RTX 50xx", (12, 0), "desktops, laptops"),
+]
+# What dx.worker_device finds in torch's builds: torch.distributed.is_nccl_available() is True
+# in the Linux CUDA wheels only, so elsewhere several processes use gloo, on the CPU.
+PLATFORMS = [("Linux", "linux", "NCCL, one GPU per process; gloo on the CPU"),
+             ("Windows", "windows", "gloo on the CPU (torch's Windows builds have no NCCL)")]
+
+
+def _compile(capability: tuple[int, int], platform: str = "linux",
+             dtype: torch.dtype | None = None) -> str:
+    works, reason = gpu_compile_rule(capability, platform, dtype)
+    return "yes" if works else f"no: {reason.split(', this GPU')[0]}"
+
+
+def table() -> str:
+    """The Markdown tables: what runs on each GPU generation, then on each platform."""
+    rows = ["| GPU | compute capability | where | Tensor-Core dtypes | torch.compile "
+            "| compiled bfloat16 |", "| --- | --- | --- | --- | --- | --- |"]
+    for names, cap, where in GPUS:
+        dtypes = ", ".join(tensor_core_dtypes(cap)) or "none (float32 on CUDA cores)"
+        rows.append(f"| {names} | {cap[0]}.{cap[1]} | {where} | {dtypes} | {_compile(cap)} "
+                    f"| {_compile(cap, dtype=torch.bfloat16)} |")
+    rows += ["", "| platform | several processes | torch.compile on a GPU (from 7.0) |",
+             "| --- | --- | --- |"]
+    for name, key, processes in PLATFORMS:
+        rows.append(f"| {name} | {processes} | {_compile((8, 0), key)} |")
+    return "\n".join(rows)
+
+
+def update_readme(text: str) -> str:
+    """`text` (the README) with the table between the GPU-support markers regenerated."""
+    start, end = text.find(START), text.find(END)
+    if start < 0 or end < start:
+        raise ValueError(f"README.md has no {START} ... {END} block")
+    return f"{text[:start]}{START}\n{table()}\n{text[end:]}"
