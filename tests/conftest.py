@@ -30,6 +30,37 @@ def one_thread():
     yield
     torch.set_num_threads(before)
 
+# GPUs as torch.cuda describes them, name -> compute capability: tests fake them on any machine.
+GPUS = {"Tesla T4": (7, 5), "Tesla P100-PCIE-16GB": (6, 0),
+        "NVIDIA GeForce RTX 3060 Laptop GPU": (8, 6),
+        "NVIDIA GeForce RTX 4090 Laptop GPU": (8, 9), "NVIDIA H100 80GB HBM3": (9, 0),
+        "NVIDIA H100 NVL": (9, 0)}
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """use(name): torch.cuda then describes that GPU of GPUS as cuda:0, which it returns."""
+    import types
+
+    import torch
+
+    def use(name):
+        capability = GPUS[name]
+        props = types.SimpleNamespace(name=name, major=capability[0], minor=capability[1])
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+        monkeypatch.setattr(torch.version, "hip", None)
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: props)
+        # as torch's own: a T4 can hold bfloat16 tensors, so "supported, including emulation"
+        monkeypatch.setattr(torch.cuda, "is_bf16_supported",
+                            lambda including_emulation=True: True if including_emulation
+                            else capability >= (8, 0))
+        return torch.device("cuda", 0)
+    return use
+
+
 _PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
 
 

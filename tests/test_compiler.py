@@ -74,18 +74,15 @@ def test_gpu_compile_rule_refuses_bad_input(kwargs):
         dx.gpu_compile_rule(**kwargs)
 
 
-GPUS = {"P100": ("Tesla P100-PCIE-16GB", 6, 0), "T4": ("Tesla T4", 7, 5),
-        "laptop": ("NVIDIA GeForce RTX 3060 Laptop GPU", 8, 6),
-        "H100": ("NVIDIA H100 80GB HBM3", 9, 0)}
+# Short names for conftest's GPUS.
+NAMES = {"P100": "Tesla P100-PCIE-16GB", "T4": "Tesla T4",
+         "laptop": "NVIDIA GeForce RTX 3060 Laptop GPU", "H100": "NVIDIA H100 80GB HBM3"}
 
 
 @pytest.fixture
-def fake_gpu(monkeypatch):
-    """Pretend GPU 0 is one of GPUS on Linux with Triton; return the tiny compiles run."""
+def fake_gpu(fake_gpu, monkeypatch):
+    """Pretend GPU 0 is one of NAMES on Linux with Triton; return the tiny compiles run."""
     probes = []
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(torch.version, "hip", None)
     monkeypatch.setattr(compiler, "_on_windows", lambda: False)
     monkeypatch.setattr(compiler, "_triton_installed", lambda: True)
     # a cache of its own: the real CPU result stays cached for the other tests
@@ -95,9 +92,7 @@ def fake_gpu(monkeypatch):
                         (True, f"torch.compile works on {device}"))
 
     def use(gpu):
-        name, major, minor = GPUS[gpu]
-        props = SimpleNamespace(name=name, major=major, minor=minor)
-        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: props)
+        fake_gpu(NAMES[gpu])
         return probes
     return use
 

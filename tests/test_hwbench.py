@@ -22,6 +22,7 @@ from d2l_extras import hwbench as hb
 from d2l_extras import timing
 # The independent timer the benchmark uses too: plain perf_counter, fastest of a few calls.
 from benchmarks.hwbench_compare import best_time
+from conftest import GPUS
 
 MiB = 1024 ** 2
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -278,27 +279,6 @@ def test_default_matmul_sizes_per_device_kind_and_free_memory(monkeypatch):
 
 def test_dtype_supported():
     assert hb.dtype_supported("float32", "cpu") and hb.dtype_supported(torch.float64, "cpu")
-
-
-# GPUs as torch.cuda describes them, name -> compute capability: tests fake them on any machine.
-GPUS = {"Tesla T4": (7, 5), "Tesla P100-PCIE-16GB": (6, 0),
-        "NVIDIA GeForce RTX 4090 Laptop GPU": (8, 9), "NVIDIA H100 80GB HBM3": (9, 0),
-        "NVIDIA H100 NVL": (9, 0)}
-
-
-@pytest.fixture
-def fake_gpu(monkeypatch):
-    """use(name): torch.cuda then describes that GPU as cuda:0, which it returns."""
-    def use(name):
-        capability = GPUS[name]
-        monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
-        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
-        # as torch's own: a T4 can hold bfloat16 tensors, so "supported, including emulation"
-        monkeypatch.setattr(torch.cuda, "is_bf16_supported",
-                            lambda including_emulation=True: True if including_emulation
-                            else capability >= (8, 0))
-        return torch.device("cuda", 0)
-    return use
 
 
 @pytest.mark.parametrize("name, tensor_cores", [
