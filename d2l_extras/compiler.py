@@ -12,6 +12,8 @@ from typing import Callable, TypeVar
 
 import torch
 
+from .hwbench import TENSOR_CORE_DTYPES
+
 F = TypeVar("F", bound=Callable)
 
 # --- a false alarm, silenced at its source
@@ -64,7 +66,10 @@ if torch.__version__ < "2.8" and "torch.utils.cpp_extension" not in sys.modules 
 # Inductor skips a frame with bfloat16 inputs or outputs there, warning and running it eagerly
 # (compile_fx.py, _check_triton_bf16_support), and bfloat16 inside a graph fails in ptxas
 # ("Feature '.bf16' requires .target sm_80", pytorch/pytorch#118122). All known up front.
-_TRITON_MIN, _BF16_MIN = (7, 0), (8, 0)  # compute capabilities
+_TRITON_MIN = (7, 0)  # compute capability
+# Native bfloat16 (what Triton checks: is_bf16_supported(including_emulation=False)) came with
+# the Tensor Cores of Ampere: one rule, hwbench's table.
+_BF16_MIN = TENSOR_CORE_DTYPES["bfloat16"]
 _PLATFORMS = ("linux", "windows")
 
 
