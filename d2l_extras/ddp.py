@@ -152,7 +152,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 @dataclass
 class RunPlan:
-    """How notebook 06 compares 1 process with k: the processes, batch, where they run, sizes."""
+    """How notebook 07 compares 1 process with k: the processes, batch, where they run, sizes."""
 
     k: int                      # processes of the parallel run
     batch_size: int             # global batch, a multiple of k

@@ -92,18 +92,18 @@ SIZES: dict[str, Experiment] = {
         what="elements of the roofline's vectors", cpu=(2 ** 22, 2 ** 24, 2 ** 25),
         gpu=(2 ** 24, 2 ** 26, 2 ** 27), bytes_per_item=16, minimum=2 ** 12,
         lesson_bytes=200 * MB),
-    # 06: the width (channels of the first stage; the book's is 64) of the ResNet-18 that each
+    # 07: the width (channels of the first stage; the book's is 64) of the ResNet-18 that each
     # DDP process trains. Per channel, at the largest batch one process takes (256), about
     # 24 MB: the activations kept for backward (3.5 MB per channel at batch 64, counted with
     # saved-tensor hooks), parameters, gradients and momentum, and the allocator's slack.
     "ddp_width": Experiment(
-        what="channels of the ResNet-18 that notebook 06 trains with DDP", cpu=(8, 16, 32),
+        what="channels of the ResNet-18 that notebook 07 trains with DDP", cpu=(8, 16, 32),
         gpu=(16, 64, 64), bytes_per_item=24 * MB, minimum=4),
-    # 06: the training images of each DDP run (every process holds them all, float32 28 x 28).
+    # 07: the training images of each DDP run (every process holds them all, float32 28 x 28).
     "ddp_images": Experiment(
-        what="training images of notebook 06's DDP runs", cpu=(256, 256, 4096),
+        what="training images of notebook 07's DDP runs", cpu=(256, 256, 4096),
         gpu=(1024, 4096, 60000), bytes_per_item=28 * 28 * 4, minimum=64),
-    # 07: the largest message of the ring benchmark, in float32 elements. Each process keeps
+    # 08: the largest message of the ring benchmark, in float32 elements. Each process keeps
     # about 5 copies (input, two results, the timed copy, the receive buffer). On NVLink or
     # NVSwitch the bus bandwidth reaches its plateau only with messages of hundreds of MB.
     "ring_message": Experiment(

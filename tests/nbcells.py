@@ -4,7 +4,7 @@ A notebook writes the algorithm it teaches (allreduce, the ring, a bandwidth mea
 own cells; the tested twin lives in d2l_extras. Rather than assert the two agree inside the
 lesson, a test asks for the names it needs:
 
-    ns = notebook_namespace("05-multiple-gpus-from-scratch", ["allreduce", "split_batch"])
+    ns = notebook_namespace("06-multiple-gpus-from-scratch", ["allreduce", "split_batch"])
     ns["allreduce"](...)
 
 This runs, in notebook order, every cell made only of imports and every cell that defines one of
@@ -22,7 +22,7 @@ NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
 
 def notebook_path(name: str) -> Path:
-    """notebooks/NAME.ipynb from its stem or a prefix such as '05'."""
+    """notebooks/NAME.ipynb from its stem or a prefix such as '06'."""
     matches = sorted(NOTEBOOKS.glob(f"{name}*.ipynb"))
     if not matches:
         raise FileNotFoundError(f"no notebook under {NOTEBOOKS} starts with {name!r}")

@@ -50,8 +50,8 @@ def test_run_plan_for_every_gpu_count(monkeypatch, n_gpus):
 
 @pytest.mark.parametrize("n_gpus", [0, 1, 2, 4])
 @pytest.mark.parametrize("prof", ["ci", "class", "full"])
-def test_every_run_of_notebook_06_is_sized_for_the_device_it_uses(monkeypatch, n_gpus, prof):
-    # 06 plans with the GPUs it sees; each run must get the sizes of the device its workers
+def test_every_run_of_notebook_07_is_sized_for_the_device_it_uses(monkeypatch, n_gpus, prof):
+    # 07 plans with the GPUs it sees; each run must get the sizes of the device its workers
     # will pick (init_worker): one GPU leaves the 1- and 2-process runs on the CPU.
     monkeypatch.setenv("D2L_PROFILE", prof)
     monkeypatch.delenv("D2L_BACKEND", raising=False)

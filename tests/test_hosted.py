@@ -302,7 +302,7 @@ def test_a_lone_notebook_runs_on_a_hosted_stack(tmp_path):
         compat.uv()
     except RuntimeError as err:
         pytest.skip(f"{err} (make installs it in .venv)")
-    notebook = ROOT / "notebooks" / "05-multiple-gpus-from-scratch.ipynb"
+    notebook = ROOT / "notebooks" / "06-multiple-gpus-from-scratch.ipynb"
     with open(tmp_path / "env.log", "w") as log:
         try:
             python = compat.make_env(tmp_path / "env", sys.executable,

@@ -29,13 +29,13 @@ def test_summary_of_a_fake_records_file(tmp_path):
         {"key": "fusion_speedup", "value": 6.91234, "unit": "x", "note": "compiled vs eager",
          "notebook": "01-compilers"},
         {"key": "busbw", "value": 11.5, "unit": "GB/s", "note": "ring | 64 MB",
-         "notebook": "07-parameter-servers"},
+         "notebook": "08-parameter-servers"},
         {"key": "compile_ratio", "value": 0.5, "unit": "x", "notebook": "01-compilers"},
         {"key": "stray", "value": 1, "unit": "s", "notebook": ""}])
     runs = [{"notebook": "01-compilers", "seconds": 12.34, "error": None, "alarms": []},
             {"notebook": "04-hardware", "seconds": 3.0, "error": "cell 5: ValueError: boom",
              "alarms": [(7, "cuda-home", "No CUDA runtime is found, using CUDA_HOME='/x'")]},
-            {"notebook": "07-parameter-servers", "seconds": 20.0, "error": None, "alarms": []}]
+            {"notebook": "08-parameter-servers", "seconds": 20.0, "error": None, "alarms": []}]
     summary = rp.summarize(runs, dx.read_records(tmp_path), HARDWARE, profile="class")
     by_name = {nb["notebook"]: nb for nb in summary["notebooks"]}
     assert [r["key"] for r in by_name["01-compilers"]["records"]] == ["fusion_speedup",

@@ -19,7 +19,7 @@ ALARM_PATTERNS: list[tuple[str, re.Pattern, str]] = [
      "request CUDA profiling, or Kineto's set-up, when no CUDA device is visible"),
     # Any other line in Kineto's (and Python logging's default) error format, "ERROR:...".
     # Not glog's "E1122 05:40:00 ..." lines: torchrun prints those when a worker fails, which
-    # notebooks 06 and 07 show on purpose.
+    # notebooks 07 and 08 show on purpose.
     ("error-line", re.compile(r"^ERROR:"),
      "a library logged an error line; either something is wrong, or the call that logs it "
      "should not be made on this hardware"),

@@ -1,4 +1,4 @@
-"""Notebook 06 shows excerpts of d2l_extras/ddp.py as text, and its workers stay quiet about data.
+"""Notebook 07 shows excerpts of d2l_extras/ddp.py as text, and its workers stay quiet about data.
 
 The notebook prints no source (no inspect.getsource): its Markdown quotes the training loop and
 the no_sync check instead. These tests keep the quotes true to the module, and check that a
@@ -20,7 +20,7 @@ FENCE = re.compile(r"```python\n(.*?)```", re.S)
 
 
 def quoted_code():
-    cells = json.loads(notebook_path("06").read_text(encoding="utf-8"))["cells"]
+    cells = json.loads(notebook_path("07").read_text(encoding="utf-8"))["cells"]
     text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
     return FENCE.findall(text)
 
@@ -32,7 +32,7 @@ def test_the_quoted_code_is_the_modules():
     for block in blocks:
         missing = [line for line in block.splitlines()
                    if line.strip() and line.strip() not in module]
-        assert not missing, f"lines quoted in notebook 06 but not in ddp.py: {missing}"
+        assert not missing, f"lines quoted in notebook 07 but not in ddp.py: {missing}"
 
 
 def test_the_loop_quote_holds_the_ddp_step():

@@ -1,4 +1,4 @@
-"""Notebook 05 writes lenet, get_params, allreduce, split_batch and train_batch itself: each does
+"""Notebook 06 writes lenet, get_params, allreduce, split_batch and train_batch itself: each does
 what its tested twin in d2l_extras does on the same input (issue 16: such checks leave the lesson)."""
 import pytest
 import torch
@@ -11,7 +11,7 @@ NAMES = ["lenet", "get_params", "allreduce", "split_batch", "train_batch"]
 
 @pytest.fixture(scope="module")
 def nb():
-    return notebook_namespace("05", NAMES)
+    return notebook_namespace("06", NAMES)
 
 
 def batch(n, seed=1):

@@ -1,4 +1,4 @@
-"""Notebook 07 writes reduce_scatter, all_gather, ring_allreduce, ShardedStore and train_local
+"""Notebook 08 writes reduce_scatter, all_gather, ring_allreduce, ShardedStore and train_local
 itself: each does what its tested twin in d2l_extras does on the same input (issue 16: such checks
 leave the lesson, which keeps only the equivalences that teach: ring == sum, push == reduce-scatter,
 store == allreduce)."""
@@ -15,7 +15,7 @@ NAMES = ["reduce_scatter", "all_gather", "ring_allreduce", "ShardedStore", "trai
 
 @pytest.fixture(scope="module")
 def nb():
-    return notebook_namespace("07", NAMES)
+    return notebook_namespace("08", NAMES)
 
 
 def parts(n, numel, seed=0):
