@@ -22,8 +22,8 @@ _EXPORTS = {
                  "package_source", "platform_name", "positive_number", "square_side",
                  "whole_number"],
     "timing": ["Benchmark", "Measurement", "TickClock", "format_seconds", "synchronize"],
-    "plotting": ["MIN_POINTS", "SLIDE_STYLE", "bar_chart", "log_axis", "plot_roofline",
-                 "plot_timeline", "seconds_axis", "use_slide_style"],
+    "plotting": ["MIN_POINTS", "SLIDE_STYLE", "bar_chart", "log_axis", "plot_memory_timeline",
+                 "plot_roofline", "plot_timeline", "seconds_axis", "use_slide_style"],
     "compiler": ["compile_support", "gpu_compile_rule", "last_level_cache", "maybe_compile",
                  "memory_regime", "speed_verdict"],
     "distributed": ["LaunchResult", "WorkerError", "finish_worker", "free_port", "init_worker",
@@ -41,6 +41,10 @@ _EXPORTS = {
                 "matmul_sweep", "p2p_access", "peer_bandwidth", "published_peak",
                 "roof_violations", "roofline", "storage_reads", "tensor_core_dtypes",
                 "time_per_call"],
+    # memory and precision: where training's memory goes, counted and followed over a step
+    "memory": ["CachingAllocatorModel", "MemoryTimeline", "SavedTensors", "memory_events",
+               "memory_timeline", "model_state_bytes", "optimizer_state_bytes", "peak_memory",
+               "snapshot_series", "tensor_bytes", "training_state_bytes"],
     # multiple GPUs: data, models, data parallelism (ddp.py runs under torchrun)
     "data": ["ImageData", "book_fashion_mnist", "data_dir", "load_data", "load_images",
              "read_idx"],

@@ -193,3 +193,33 @@ def log_axis(ax: plt.Axes, plain: bool = True) -> plt.Axes:
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         ax.yaxis.set_minor_formatter(NullFormatter())
     return ax
+
+
+def plot_memory_timeline(timeline, ax: plt.Axes | None = None, title: str | None = None,
+                         label: str = "allocated") -> plt.Axes:
+    """Draw MiB over time from a dx.MemoryTimeline: allocated, reserved (CUDA), shaded phases."""
+    times, allocated = list(timeline.times), list(timeline.allocated)
+    if len(times) != len(allocated) or len(times) < 2:
+        raise ValueError("plot_memory_timeline() needs a timeline with at least one allocation "
+                         "(did the call allocate anything on that device?)")
+    if ax is None:
+        _, ax = plt.subplots()
+    mib = 2 ** 20
+    ax.step(times, [b / mib for b in allocated], where="post", color="C0", label=label)
+    if timeline.reserved is not None:
+        ax.step(times, [b / mib for b in timeline.reserved], where="post", color="C3",
+                ls="--", label="reserved")
+    top = max(max(allocated), max(timeline.reserved or [0])) / mib
+    for i, (name, start, end) in enumerate(timeline.phases):
+        ax.axvspan(start, end, color=f"C{i + 1}", alpha=0.12, lw=0)
+        ax.text((start + end) / 2, top * 1.04, name, ha="center", va="bottom",
+                fontsize=MIN_POINTS)
+    ax.set_ylim(0, top * 1.25)  # from zero, with room for the phase names
+    ax.set_xlim(0, max(times))
+    ax.set_ylabel("MiB above the start")
+    ax.set_xlabel("time in the step")
+    seconds_axis(ax, "x")
+    ax.legend(loc="upper left", fontsize=MIN_POINTS, frameon=False)
+    if title:
+        ax.set_title(title)
+    return ax

@@ -55,12 +55,13 @@ def _profiler_options(devices: list[torch.device]) -> dict:
 
 
 def profile_trace(fn: Callable[[], object], devices: Iterable[torch.device | str] | None = None,
-                  trace_path: str | os.PathLike | None = None) -> dict:
+                  trace_path: str | os.PathLike | None = None, memory: bool = False) -> dict:
     """Profile one call of fn on devices (default: every accelerator); return the Chrome trace.
 
-    On CUDA devices the trace holds the kernels and copies of every stream. Kineto's own log
-    lines are silenced unless KINETO_LOG_LEVEL is set (0 shows them all; it is read once, when
-    the process profiles for the first time).
+    On CUDA devices the trace holds the kernels and copies of every stream. `memory=True` adds
+    an instant event "[memory]" for every allocation and free (see dx.memory_timeline). Kineto's
+    own log lines are silenced unless KINETO_LOG_LEVEL is set (0 shows them all; it is read
+    once, when the process profiles for the first time).
     """
     if not callable(fn):
         raise TypeError(f"profile_trace() needs a function to call, got {type(fn).__name__}")
@@ -69,7 +70,8 @@ def profile_trace(fn: Callable[[], object], devices: Iterable[torch.device | str
     # Work queued before the profile would show up as unexplained device time.
     synchronize(devices)
     # torch.autograd.profiler is the Kineto profiler that torch.profiler.profile wraps.
-    with torch.autograd.profiler.profile(**_profiler_options(devices)) as prof:
+    with torch.autograd.profiler.profile(profile_memory=memory,
+                                         **_profiler_options(devices)) as prof:
         fn()
         synchronize(devices)  # so every kernel fn queued ends inside the trace
     with tempfile.TemporaryDirectory() as tmp:

@@ -92,6 +92,13 @@ SIZES: dict[str, Experiment] = {
         what="elements of the roofline's vectors", cpu=(2 ** 22, 2 ** 24, 2 ** 25),
         gpu=(2 ** 24, 2 ** 26, 2 ** 27), bytes_per_item=16, minimum=2 ** 12,
         lesson_bytes=200 * MB),
+    # 05: the width w of the networks whose memory is counted: an MLP (batch 2w) and a stack of
+    # 16 residual blocks w -> 4w -> w (batch 4w) run with and without checkpointing. The stack
+    # holds the most, in w x w float32 matrices: 128 of weights, 128 of gradients, 576 of
+    # activations (9 per block and 4w rows) and transient gradients: 1024 with some slack.
+    "memory_width": Experiment(
+        what="width of the networks whose memory notebook 05 counts", cpu=(64, 128, 256),
+        gpu=(256, 1024, 2048), count=1024, square=True, minimum=32),
     # 07: the width (channels of the first stage; the book's is 64) of the ResNet-18 that each
     # DDP process trains. Per channel, at the largest batch one process takes (256), about
     # 24 MB: the activations kept for backward (3.5 MB per channel at batch 64, counted with
