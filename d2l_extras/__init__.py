@@ -41,6 +41,9 @@ _EXPORTS = {
                 "matmul_sweep", "p2p_access", "peer_bandwidth", "published_peak",
                 "roof_violations", "roofline", "storage_reads", "tensor_core_dtypes",
                 "time_per_call"],
+    # memory and precision: float32 to fp8 by bits, range and step, measured by casting
+    "precision": ["FLOAT_FORMATS", "FloatFormat", "format_limits", "measure_format",
+                  "plot_formats", "round_mantissa"],
     # multiple GPUs: data, models, data parallelism (ddp.py runs under torchrun)
     "data": ["ImageData", "book_fashion_mnist", "data_dir", "load_data", "load_images",
              "read_idx"],
