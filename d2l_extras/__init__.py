@@ -45,6 +45,9 @@ _EXPORTS = {
     "memory": ["CachingAllocatorModel", "MemoryTimeline", "SavedTensors", "memory_events",
                "memory_timeline", "model_state_bytes", "optimizer_state_bytes", "peak_memory",
                "snapshot_series", "tensor_bytes", "training_state_bytes"],
+    # ... and number formats, float32 to fp8, by bits, range and step, measured by casting
+    "precision": ["FLOAT_FORMATS", "FloatFormat", "format_limits", "measure_format",
+                  "plot_formats", "round_mantissa"],
     # multiple GPUs: data, models, data parallelism (ddp.py runs under torchrun)
     "data": ["ImageData", "book_fashion_mnist", "data_dir", "load_data", "load_images",
              "read_idx"],
