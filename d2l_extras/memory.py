@@ -29,8 +29,11 @@ OPTIMIZER_STATES = {"sgd": 0, "momentum": 1, "adam": 2}
 def training_state_bytes(n_params: int, optimizer: str = "adam",
                          mixed: bool = False) -> dict[str, int]:
     """Predicted bytes of parameters, gradients and optimizer state for n_params parameters."""
-    if isinstance(n_params, bool) or not isinstance(n_params, int) or n_params < 0:
+    # 7.5e9 parameters is a whole number written as a float: accepted.
+    if (isinstance(n_params, bool) or not isinstance(n_params, (int, float))
+            or n_params < 0 or not float(n_params).is_integer()):
         raise ValueError(f"n_params must be a whole number >= 0, got {n_params!r}")
+    n_params = int(n_params)
     if optimizer not in OPTIMIZER_STATES:
         raise ValueError(f"unknown optimizer {optimizer!r}; use one of "
                          f"{', '.join(OPTIMIZER_STATES)}")

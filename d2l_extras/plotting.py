@@ -211,15 +211,14 @@ def plot_memory_timeline(timeline, ax: plt.Axes | None = None, title: str | None
                 ls="--", label="reserved")
     top = max(max(allocated), max(timeline.reserved or [0])) / mib
     for i, (name, start, end) in enumerate(timeline.phases):
-        ax.axvspan(start, end, color=f"C{i + 1}", alpha=0.12, lw=0)
-        ax.text((start + end) / 2, top * 1.04, name, ha="center", va="bottom",
-                fontsize=MIN_POINTS)
-    ax.set_ylim(0, top * 1.25)  # from zero, with room for the phase names
+        ax.axvspan(start, end, color=f"C{i + 4}", alpha=0.15, lw=0, label=name)
+    # Phases are named in the legend, above the curves: short phases never crowd their names.
+    ax.set_ylim(0, top * 1.45 or 1)
     ax.set_xlim(0, max(times))
     ax.set_ylabel("MiB above the start")
     ax.set_xlabel("time in the step")
     seconds_axis(ax, "x")
-    ax.legend(loc="upper left", fontsize=MIN_POINTS, frameon=False)
+    ax.legend(loc="upper left", ncol=2, fontsize=MIN_POINTS, frameon=False)
     if title:
         ax.set_title(title)
     return ax
