@@ -7,10 +7,6 @@ Three ways to see memory, from the most to the least device-specific:
 """
 from __future__ import annotations
 
-import contextlib
-import os
-import sys
-import tempfile
 import threading
 import weakref
 from dataclasses import dataclass, field
@@ -215,30 +211,6 @@ def memory_events(trace: dict, device: torch.device | str = "cpu", phases: Itera
                               spans, key=lambda s: s[1])])
 
 
-# What the CPU allocator logs (once per process, from C++, on file descriptor 2) when a tensor
-# allocated before profiling is freed during it: the profiler does not know that block's size.
-UNKNOWN_FREE = "Memory block of unknown size was allocated before the profiling started"
-
-
-@contextlib.contextmanager
-def _without_unknown_free_warning():
-    # The warning is expected here (the call frees tensors made before it) and says nothing a
-    # student can act on; any other line written to fd 2 meanwhile is passed on unchanged.
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile(mode="w+b") as tmp:
-        os.dup2(tmp.fileno(), 2)
-        try:
-            yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            tmp.seek(0)
-            for line in tmp.read().decode(errors="replace").splitlines(keepends=True):
-                if UNKNOWN_FREE not in line:
-                    sys.stderr.write(line)
-
-
 def memory_timeline(fn: Callable[[], object], device: torch.device | str = "cpu",
                     phases: Iterable[str] = ("forward", "backward", "optimizer")
                     ) -> MemoryTimeline:
@@ -250,9 +222,7 @@ def memory_timeline(fn: Callable[[], object], device: torch.device | str = "cpu"
     """
     device = _memory_device(device)
     before = torch.cuda.memory_reserved(device) if device.type == "cuda" else None
-    with _without_unknown_free_warning():
-        trace = profile_trace(fn, [device], memory=True)
-    return memory_events(trace, device, phases, before)
+    return memory_events(profile_trace(fn, [device], memory=True), device, phases, before)
 
 
 def peak_memory(fn: Callable[[], object], device: torch.device | str = "cpu") -> int:

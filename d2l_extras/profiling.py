@@ -1,9 +1,11 @@
 """Timelines from torch.profiler: who ran what, when, on which CPU thread or device stream."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
+import sys
 import tempfile
 from collections import defaultdict
 from dataclasses import dataclass
@@ -54,6 +56,31 @@ def _profiler_options(devices: list[torch.device]) -> dict:
     return {"use_device": "cuda" if cuda else None, "use_kineto": True}
 
 
+# What the CPU allocator logs (once per process, from C++, on file descriptor 2) when a tensor
+# allocated before a profile with memory=True is freed during it: the profiler knows no size for
+# that block.
+UNKNOWN_FREE = "Memory block of unknown size was allocated before the profiling started"
+
+
+@contextlib.contextmanager
+def _without_unknown_free_warning():
+    # Expected whenever the profiled call frees a tensor made before it, and nothing a student
+    # can act on; any other line written to fd 2 meanwhile is passed on unchanged.
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            for line in tmp.read().decode(errors="replace").splitlines(keepends=True):
+                if UNKNOWN_FREE not in line:
+                    sys.stderr.write(line)
+
+
 def profile_trace(fn: Callable[[], object], devices: Iterable[torch.device | str] | None = None,
                   trace_path: str | os.PathLike | None = None, memory: bool = False) -> dict:
     """Profile one call of fn on devices (default: every accelerator); return the Chrome trace.
@@ -70,8 +97,9 @@ def profile_trace(fn: Callable[[], object], devices: Iterable[torch.device | str
     # Work queued before the profile would show up as unexplained device time.
     synchronize(devices)
     # torch.autograd.profiler is the Kineto profiler that torch.profiler.profile wraps.
-    with torch.autograd.profiler.profile(profile_memory=memory,
-                                         **_profiler_options(devices)) as prof:
+    quiet = _without_unknown_free_warning() if memory else contextlib.nullcontext()
+    with quiet, torch.autograd.profiler.profile(profile_memory=memory,
+                                                **_profiler_options(devices)) as prof:
         fn()
         synchronize(devices)  # so every kernel fn queued ends inside the trace
     with tempfile.TemporaryDirectory() as tmp:
