@@ -18,7 +18,7 @@ import torch
 
 from .profiles import DESCRIPTIONS, profile
 
-GiB = 1024 ** 3
+MiB, GiB = 1024 ** 2, 1024 ** 3
 
 
 def cpu_name() -> str:

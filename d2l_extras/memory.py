@@ -14,10 +14,10 @@ from typing import Callable, Iterable
 
 import torch
 
+from .hardware import MiB, whole_number
 from .profiling import profile_trace
 from .timing import synchronize
 
-MiB = 2 ** 20
 # fp32 tensors each optimizer keeps per parameter: momentum (SGD), first and second moment (Adam).
 OPTIMIZER_STATES = {"sgd": 0, "momentum": 1, "adam": 2}
 
@@ -26,10 +26,9 @@ def training_state_bytes(n_params: int, optimizer: str = "adam",
                          mixed: bool = False) -> dict[str, int]:
     """Predicted bytes of parameters, gradients and optimizer state for n_params parameters."""
     # 7.5e9 parameters is a whole number written as a float: accepted.
-    if (isinstance(n_params, bool) or not isinstance(n_params, (int, float))
-            or n_params < 0 or not float(n_params).is_integer()):
-        raise ValueError(f"n_params must be a whole number >= 0, got {n_params!r}")
-    n_params = int(n_params)
+    if isinstance(n_params, float) and n_params.is_integer():
+        n_params = int(n_params)
+    n_params = whole_number(n_params, "n_params", minimum=0)
     if optimizer not in OPTIMIZER_STATES:
         raise ValueError(f"unknown optimizer {optimizer!r}; use one of "
                          f"{', '.join(OPTIMIZER_STATES)}")
@@ -204,7 +203,10 @@ def memory_events(trace: dict, device: torch.device | str = "cpu", phases: Itera
         allocated.append(total)
     reserved = None
     if kind == 1:  # the caching allocator's reserve, above the start as allocated
-        start = mem[0][2] if reserved_before is None and mem else (reserved_before or 0)
+        if reserved_before is not None:
+            start = reserved_before
+        else:
+            start = mem[0][2] if mem else 0
         reserved = [0] + [held - start for _, _, held in mem]
     return MemoryTimeline(times, allocated, reserved,
                           [(n, (s - t0) * 1e-6, (e - t0) * 1e-6) for n, s, e in sorted(
@@ -278,8 +280,7 @@ class CachingAllocatorModel:
 
     def malloc(self, n_bytes: int) -> int:
         """Allocate n_bytes; return a handle for free()."""
-        if isinstance(n_bytes, bool) or not isinstance(n_bytes, int) or n_bytes < 1:
-            raise ValueError(f"malloc() needs a whole number of bytes >= 1, got {n_bytes!r}")
+        n_bytes = whole_number(n_bytes, "malloc(): n_bytes")
         size = -(-n_bytes // self.ROUND) * self.ROUND
         fits = [b for b in self._free if b >= size]
         if fits:

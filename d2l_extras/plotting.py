@@ -6,6 +6,7 @@ from typing import Mapping, Sequence
 import matplotlib.pyplot as plt
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
+from .hardware import MiB
 from .timing import Measurement, format_seconds
 
 # Projected, a slide is about 960 px wide: a 7-inch figure at 100 dpi fills most of it, and 12 pt
@@ -204,12 +205,11 @@ def plot_memory_timeline(timeline, ax: plt.Axes | None = None, title: str | None
                          "(did the call allocate anything on that device?)")
     if ax is None:
         _, ax = plt.subplots()
-    mib = 2 ** 20
-    ax.step(times, [b / mib for b in allocated], where="post", color="C0", label=label)
+    ax.step(times, [b / MiB for b in allocated], where="post", color="C0", label=label)
     if timeline.reserved is not None:
-        ax.step(times, [b / mib for b in timeline.reserved], where="post", color="C3",
+        ax.step(times, [b / MiB for b in timeline.reserved], where="post", color="C3",
                 ls="--", label="reserved")
-    top = max(max(allocated), max(timeline.reserved or [0])) / mib
+    top = max(max(allocated), max(timeline.reserved or [0])) / MiB
     for i, (name, start, end) in enumerate(timeline.phases):
         ax.axvspan(start, end, color=f"C{i + 4}", alpha=0.15, lw=0, label=name)
     # Phases are named in the legend, above the curves: short phases never crowd their names.
