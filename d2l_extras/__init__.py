@@ -55,7 +55,8 @@ _EXPORTS = {
     "parallel": ["allow_tf32", "allreduce", "evaluate_accuracy", "even_batch_size", "get_params",
                  "replicate", "sgd", "split_batch", "strict_float32", "train_batch"],
     # parameter servers: cost model, ring allreduce, sharded key-value store
-    "costmodel": ["plot_sync_costs", "ring_time", "server_time", "sync_time", "transfer_time"],
+    "costmodel": ["SCALINGS", "plot_sync_costs", "ring_time", "server_time", "speedup",
+                  "step_time", "sync_time", "transfer_time"],
     "ring": ["RingStats", "bus_bandwidth", "check_input", "message_sizes_mb", "process_counts",
              "reduce_reference", "ring_allreduce", "ring_allreduce_dist"],
     "kvstore": ["KVStore", "acknowledged_steps", "committed_step", "remove_temporaries",

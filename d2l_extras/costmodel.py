@@ -76,6 +76,45 @@ def server_time(size: float, workers: int, servers: int, bandwidth: float) -> fl
     return 2 * m * transfer_time(size, bandwidth) / n
 
 
+SCALINGS = ("strong", "weak")
+
+
+def step_time(k: int, compute_time: float, grad_bytes: float, bandwidth: float) -> float:
+    """Predicted seconds of a data-parallel step: compute + 2 (k-1)/k N / bandwidth, unhidden.
+
+    `compute_time` is t_compute of one device's share of the batch (B/k for strong scaling, B
+    for weak); `bandwidth` is the ring's bus bandwidth (what `ring.bus_bandwidth` measures), so
+    the allreduce of N = grad_bytes takes 2 (k-1)/k N / bandwidth. Nothing overlaps backward:
+    an upper bound for DDP, whose buckets hide part of it.
+    """
+    k = whole_number(k, "k (number of devices)")
+    if isinstance(compute_time, bool) or not isinstance(compute_time, (int, float)) \
+            or not 0 <= compute_time < float("inf"):
+        raise ValueError(f"compute_time must be seconds >= 0, got {compute_time!r}")
+    comm = ring_time(grad_bytes, k, [bandwidth]) if k > 1 else 0.0
+    return float(compute_time) + comm
+
+
+def speedup(k: int, compute_1: float, grad_bytes: float, bandwidth: float,
+            scaling: str = "strong", compute_k: float | None = None) -> float:
+    """Predicted samples/s of k devices over one device, from `step_time`.
+
+    Strong scaling keeps the global batch B: each device computes B/k, `compute_k` seconds
+    (default compute_1 / k, work proportional to the batch). Weak scaling keeps B per device:
+    k devices process k B per step, each in `compute_k` (default compute_1).
+    """
+    if scaling not in SCALINGS:
+        raise ValueError(f"scaling must be one of {', '.join(SCALINGS)}, got {scaling!r}")
+    k = whole_number(k, "k (number of devices)")
+    t1 = step_time(1, compute_1, grad_bytes, bandwidth)
+    if t1 == 0:
+        raise ValueError("compute_1 must be > 0: one device's step takes some time")
+    if compute_k is None:
+        compute_k = compute_1 / k if scaling == "strong" else compute_1
+    tk = step_time(k, compute_k, grad_bytes, bandwidth)
+    return (1 if scaling == "strong" else k) * t1 / tk
+
+
 def plot_sync_costs(size: float = 160e6, bandwidth: float = 16e9, max_devices: int = 8,
                     sizes: Sequence[float] = (10e6, 40e6, 160e6, 640e6),
                     n: int = 4) -> plt.Figure:

@@ -79,3 +79,47 @@ def test_plot_sync_costs_draws_two_panels():
     assert len(left.lines) == 3 and len(right.lines) == 3
     assert list(left.lines[0].get_xdata()) == [2, 3, 4, 5, 6]
     plt.close(fig)
+
+
+# The scaling model of data parallelism: t_step(k) = t_compute(B/k) + 2 (k-1)/k N / beta.
+def test_step_time_adds_the_ring_term_to_compute():
+    # 100 MB of gradients at 10 GB/s on 4 devices: 2 * 3/4 * 10 ms = 15 ms.
+    assert cm.step_time(4, 0.020, 100 * MB, 10 * GB) == pytest.approx(0.035)
+    assert cm.step_time(1, 0.020, 100 * MB, 10 * GB) == 0.020  # no allreduce alone
+
+
+def test_strong_scaling_without_communication_is_linear():
+    assert cm.speedup(8, 1.0, 1.0, 1e30) == pytest.approx(8)
+
+
+def test_strong_scaling_is_capped_by_communication():
+    # 40 ms of compute, 100 MB at 10 GB/s: 2 devices take 20 + 10 ms, 4 take 10 + 15 ms.
+    assert cm.speedup(2, 0.040, 100 * MB, 10 * GB) == pytest.approx(0.040 / 0.030)
+    assert cm.speedup(4, 0.040, 100 * MB, 10 * GB) == pytest.approx(0.040 / 0.025)
+    # The ring term tends to 2 N / beta = 20 ms: never more than 2x, however many devices.
+    assert cm.speedup(1024, 0.040, 100 * MB, 10 * GB) < 2
+
+
+def test_weak_scaling_keeps_the_work_per_device():
+    # Each device still computes 40 ms; k of them process k batches per step.
+    assert cm.speedup(4, 0.040, 100 * MB, 10 * GB, scaling="weak") == \
+        pytest.approx(4 * 0.040 / 0.055)
+
+
+def test_a_measured_compute_time_replaces_the_linear_guess():
+    # An overhead-bound model (LeNet): half the batch still takes 90% of the time.
+    got = cm.speedup(2, 0.010, 0.25 * MB, 1 * GB, compute_k=0.009)
+    assert got == pytest.approx(0.010 / (0.009 + 0.00025))
+    assert got < 1.15
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: cm.step_time(0, 0.1, MB, GB), "number of devices"),
+    (lambda: cm.step_time(2, -0.1, MB, GB), "compute_time"),
+    (lambda: cm.step_time(2, 0.1, MB, 0), "bandwidth"),
+    (lambda: cm.speedup(2, 0.1, MB, GB, scaling="linear"), "strong, weak"),
+    (lambda: cm.speedup(2, 0.0, MB, GB), "compute_1 must be > 0"),
+])
+def test_scaling_model_rejects_bad_input(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
