@@ -90,5 +90,6 @@ def words(path):
 def test_prose_stays_short():
     # Issue 16 cut the prose by a quarter, to about 13,000 words: each fact said once.
     total = {p.name: words(p) for p in NOTEBOOKS}
-    # Issue 19 added notebook 05 (memory and precision) with about 1,600 words.
-    assert sum(total.values()) <= 14_500, f"{sum(total.values())} words of prose: {total}"
+    # Issue 19 added notebook 05 (memory and precision) with about 1,600 words; issue 20 the
+    # performance model (00, about 700) and the capstone (09, about 1,800).
+    assert sum(total.values()) <= 17_500, f"{sum(total.values())} words of prose: {total}"
