@@ -208,7 +208,7 @@ def lm_loss(model: nn.Module, X: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
 # larger batch fills a large GPU. Where free memory is short, the batch shrinks first, then the
 # next smaller shape is taken.
 _SHAPES = {
-    "cpu": {"ci": (64, 4, 2, 64, 16, 40), "class": (64, 4, 2, 64, 32, 120),
+    "cpu": {"ci": (64, 4, 2, 64, 16, 40), "class": (64, 4, 2, 64, 32, 60),
             "full": (256, 8, 4, 128, 32, 1000)},
     "gpu": {"ci": (128, 4, 2, 128, 32, 60), "class": (384, 6, 6, 256, 64, 500),
             "full": (768, 12, 12, 256, 32, 2000)},
