@@ -22,6 +22,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from .distributed import finish_worker, free_port, init_worker, save_result
+from .memory import peak_memory
 from .ring import bus_bandwidth
 from .timing import Benchmark
 from .transformer import TinyGPT, lm_loss, load_text
@@ -148,6 +149,13 @@ def train(args: argparse.Namespace) -> dict:
             local.append(_median_time(lambda: fwd_bwd(False), device, 1))
         result.update(synced_s=statistics.median(synced), no_sync_s=statistics.median(local))
         result["comm_s"] = result["synced_s"] - result["no_sync_s"]
+
+    def train_step() -> None:
+        fwd_bwd(True)
+        opt.step()
+    # Every process takes this step (its allreduce needs them all); each measures its own peak,
+    # above what it held before (the model and Adam's state), as dx.peak_memory does.
+    result["peak_bytes"] = peak_memory(train_step, device)
     if args.share > 1:  # a whole step on B/share, nothing sent: t_compute(B/k) for k=share
         Xs, Ys = batch(args.steps + 1, slice(0, max(1, args.batch_size // args.share)))
 
