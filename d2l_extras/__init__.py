@@ -41,6 +41,8 @@ _EXPORTS = {
                 "matmul_sweep", "p2p_access", "peer_bandwidth", "published_peak",
                 "roof_violations", "roofline", "storage_reads", "tensor_core_dtypes",
                 "time_per_call"],
+    # the performance model (notebook 00): t = max(overhead, bytes / bandwidth, flops / peak)
+    "perfmodel": ["PerformanceModel", "REGIMES"],
     # memory and precision: where training's memory goes, counted and followed over a step
     "memory": ["CachingAllocatorModel", "MemoryTimeline", "SavedTensors", "memory_events",
                "memory_timeline", "model_state_bytes", "optimizer_state_bytes", "peak_memory",

@@ -38,6 +38,19 @@ class Experiment:
 # Notebook by notebook. Each notebook's owner tunes its own entries; tests/test_sizes.py checks
 # every entry against 4, 16 and 80 GB budgets.
 SIZES: dict[str, Experiment] = {
+    # 00: the large side of the performance model's matrix product, large enough to reach the
+    # machine's peak (matmul_rate keeps a, b and c, three n x n float32 matrices, in half the
+    # free memory). The small side is fixed (16): a call of a few microseconds anywhere.
+    "model_matmul": Experiment(
+        what="side of notebook 00's large matrix product", cpu=(512, 1024, 2048),
+        gpu=(4096, 8192, 16384), count=3, square=True, minimum=64, fraction=0.5),
+    # 00: the large vector of the add, multiply and sine (x and y alive, and the two buffers of
+    # the copy that measures the bandwidth: 16 bytes per element). The notebook raises it to
+    # 4x the last-level cache where that is larger (an H100's L2 is 50 MB).
+    "model_stream": Experiment(
+        what="float32 elements of notebook 00's large vector", cpu=(2 ** 24, 2 ** 25, 2 ** 26),
+        gpu=(2 ** 24, 2 ** 26, 2 ** 27), bytes_per_item=16, minimum=2 ** 16,
+        lesson_bytes=200 * MB),
     # 01: a chain of 12 elementwise ops on n floats; fused, it reads and writes memory once.
     # On a GPU the operand must be far beyond the L2 cache (50 MB on an H100) for the
     # "memory traffic" explanation to hold: 2**26 floats are 268 MB.
