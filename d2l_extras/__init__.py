@@ -63,6 +63,9 @@ _EXPORTS = {
              "reduce_reference", "ring_allreduce", "ring_allreduce_dist"],
     "kvstore": ["KVStore", "acknowledged_steps", "committed_step", "remove_temporaries",
                 "shard_owners"],
+    # capstone: a character-level transformer on The Time Machine (notebook 09, its DDP worker)
+    "transformer": ["CharText", "TinyGPT", "capstone_sizes", "lm_loss", "load_text",
+                    "training_bytes"],
 }
 _OWNER = {name: module for module, names in _EXPORTS.items() for name in names}
 __all__ = sorted(_OWNER)

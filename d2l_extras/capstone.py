@@ -1,0 +1,186 @@
+"""The capstone's DDP worker: train the character-level TinyGPT in k processes (torchrun).
+
+Every process draws the same global batches (one generator, seeded per step) and trains on its
+slice of each, so k processes take the steps one process takes on the whole batch: their losses
+agree up to rounding. After training, rank 0 times forward + backward with DDP's allreduce and
+inside `no_sync()` on the same batch; the difference is the communication a step did not hide.
+
+From a notebook: dx.launch("d2l_extras.capstone", 2, ["--steps", "20"]); from a terminal:
+    python -m d2l_extras.distributed --nproc-per-node=2 -m d2l_extras.capstone --steps 20
+Started without torchrun (python -m d2l_extras.capstone), it trains in this one process.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from .distributed import finish_worker, free_port, init_worker, save_result
+from .memory import peak_memory
+from .ring import bus_bandwidth
+from .timing import Benchmark
+from .transformer import TinyGPT, lm_loss, load_text
+
+
+def _positive(kind: type):
+    def parse(text: str):
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+        return value
+    return parse
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The worker's options: model and batch sizes, steps, and what to time."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    whole, real = _positive(int), _positive(float)
+    p.add_argument("--steps", type=whole, default=20, help="training steps (all timed)")
+    p.add_argument("--batch-size", type=whole, default=32,
+                   help="global batch (sequences), split evenly over the processes")
+    p.add_argument("--seq-len", type=whole, default=64)
+    p.add_argument("--d-model", type=whole, default=64)
+    p.add_argument("--heads", type=whole, default=4)
+    p.add_argument("--layers", type=whole, default=2)
+    p.add_argument("--lr", type=real, default=3e-3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--comm-steps", type=int, default=5,
+                   help="forward + backward pairs timed with and without allreduce (0: none)")
+    p.add_argument("--share", type=whole, default=1,
+                   help="also time steps on 1/share of the batch (t_compute(B/k) for k=share)")
+    p.add_argument("--threads", type=int, default=0, help="torch threads per process (0: keep)")
+    p.add_argument("--timeout", type=real, default=120, help="seconds any collective may wait")
+    args = p.parse_args(argv)
+    if args.d_model % args.heads:
+        p.error(f"--d-model {args.d_model} must be a multiple of --heads {args.heads}")
+    if args.comm_steps < 0:
+        p.error(f"--comm-steps must be >= 0, got {args.comm_steps}")
+    return args
+
+
+def global_batch(text, step: int, args: argparse.Namespace):
+    """The global batch of a step: the same on every process, whatever k."""
+    gen = torch.Generator().manual_seed(args.seed * 100_003 + step)
+    return text.batch(args.batch_size, args.seq_len, gen)
+
+
+def _median_time(fn, device: torch.device, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        with Benchmark(devices=[device], verbose=False) as clock:
+            fn()
+        times.append(clock.elapsed)
+    return statistics.median(times)
+
+
+def train(args: argparse.Namespace) -> dict:
+    """Train with DDP in this process (one of WORLD_SIZE); return rank 0's summary."""
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
+    rank, world, device = init_worker(args.timeout)
+    if args.batch_size % world:
+        raise ValueError(f"--batch-size {args.batch_size} does not split evenly over {world} "
+                         f"processes; use a multiple of {world}")
+    per = args.batch_size // world
+    mine = slice(rank * per, (rank + 1) * per)
+    pids: list = [None] * world
+    dist.all_gather_object(pids, os.getpid())
+    text = load_text()
+    torch.manual_seed(args.seed)  # DDP also broadcasts rank 0's weights when it wraps
+    net = TinyGPT(len(text.vocab), args.seq_len, args.d_model, args.heads, args.layers)
+    ids = [device] if device.type == "cuda" else None
+    model = DistributedDataParallel(net.to(device), device_ids=ids)
+    grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, foreach=True)
+    beta = {}
+    if world > 1:  # the ring's bus bandwidth at the gradients' size: beta of the scaling model
+        flat = torch.zeros(grad_bytes // 4, device=device)
+        dist.all_reduce(flat)  # warm: gloo and NCCL set up their channels on first use
+        dist.barrier()
+        seconds = _median_time(lambda: dist.all_reduce(flat), device, 5)
+        beta = {"allreduce_s": seconds,
+                "bus_bandwidth": bus_bandwidth(grad_bytes, seconds, world)[1]}
+
+    def batch(step: int, rows: slice = mine):
+        X, Y = global_batch(text, step, args)
+        return X[rows].to(device), Y[rows].to(device)
+
+    losses, times = [], []
+    for step in range(args.steps):
+        X, Y = batch(step)
+        with Benchmark(devices=[device], verbose=False) as clock:
+            opt.zero_grad(set_to_none=True)
+            loss = lm_loss(model, X, Y)
+            loss.backward()  # DDP averages the gradients over the processes here
+            opt.step()
+        times.append(clock.elapsed)
+        mean = loss.detach().clone()
+        dist.all_reduce(mean)  # equal slices: the global loss is the mean of the slices'
+        losses.append(mean.item() / world)
+    warm = times[1:] or times  # the first step allocates and warms up
+    step_s = statistics.median(warm)
+    result = {"processes": world, "pids": len(set(pids)), "backend": dist.get_backend(),
+              "device": device.type, "threads": torch.get_num_threads(),
+              "batch_size": args.batch_size, "seq_len": args.seq_len, "losses": losses,
+              "step_s": step_s, "tokens_per_s": args.batch_size * args.seq_len / step_s,
+              "grad_bytes": grad_bytes, "parameters": sum(p.numel() for p in net.parameters()),
+              **beta}
+    X, Y = batch(args.steps)
+
+    def fwd_bwd(sync: bool, X=X, Y=Y) -> None:
+        model.zero_grad(set_to_none=True)
+        if sync:
+            lm_loss(model, X, Y).backward()
+        else:
+            with model.no_sync():  # backward keeps its gradients local: no allreduce
+                lm_loss(model, X, Y).backward()
+    if args.comm_steps:
+        fwd_bwd(True), fwd_bwd(False)  # warm both paths
+        synced, local = [], []
+        for _ in range(args.comm_steps):  # interleaved: noise hits both alike
+            synced.append(_median_time(lambda: fwd_bwd(True), device, 1))
+            local.append(_median_time(lambda: fwd_bwd(False), device, 1))
+        result.update(synced_s=statistics.median(synced), no_sync_s=statistics.median(local))
+        result["comm_s"] = result["synced_s"] - result["no_sync_s"]
+
+    def train_step() -> None:
+        fwd_bwd(True)
+        opt.step()
+    # Every process takes this step (its allreduce needs them all); each measures its own peak,
+    # above what it held before (the model and Adam's state), as dx.peak_memory does.
+    result["peak_bytes"] = peak_memory(train_step, device)
+    if args.share > 1:  # a whole step on B/share, nothing sent: t_compute(B/k) for k=share
+        Xs, Ys = batch(args.steps + 1, slice(0, max(1, args.batch_size // args.share)))
+
+        def local_step() -> None:
+            fwd_bwd(False, Xs, Ys)
+            opt.step()
+        local_step()  # warm: new shapes
+        result["share"] = args.share
+        result["share_s"] = _median_time(local_step, device, max(3, args.comm_steps))
+    return result
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: parse arguments, train, and let rank 0 save the result."""
+    args = parse_args(argv)
+    if "RANK" not in os.environ:  # started without torchrun: be a group of one
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
+                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    try:
+        result = train(args)
+        if int(os.environ["RANK"]) == 0:
+            save_result(result)
+    finally:
+        finish_worker()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,262 @@
+"""A small character-level transformer for the capstone: its text, model, loss and sizes.
+
+The capstone notebook (09) makes one training step of `TinyGPT` faster, lever by lever, and the
+DDP worker trains the same model in several processes; both import it from here so that every
+configuration trains exactly the same network on exactly the same batches.
+"""
+from __future__ import annotations
+
+import math
+from importlib import resources
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint as _checkpoint
+
+from .hardware import free_memory, whole_number
+from .profiles import PROFILES, profile
+from .sizes import device_kind
+
+SPLITS = ("train", "val")
+
+
+def _texts() -> dict[str, resources.abc.Traversable]:
+    """The texts shipped in d2l_extras/texts, by name (the file name without .txt)."""
+    folder = resources.files("d2l_extras") / "texts"
+    return {f.name[:-4]: f for f in folder.iterdir() if f.name.endswith(".txt")}
+
+
+class CharText:
+    """A text as character ids: vocabulary, encode/decode, a 90/10 split and random batches."""
+
+    def __init__(self, text: str, val_fraction: float = 0.1) -> None:
+        if not isinstance(text, str):
+            raise TypeError(f"CharText needs a str, got {type(text).__name__}")
+        if not 0 < val_fraction < 1:
+            raise ValueError(f"val_fraction is in (0, 1), got {val_fraction!r}")
+        n_val = int(len(text) * val_fraction)
+        if n_val < 2 or len(text) - n_val < 2:
+            raise ValueError(f"a text of {len(text)} characters is too short to split into "
+                             f"training and validation parts of at least 2 characters each")
+        self.text = text
+        self.vocab: list[str] = sorted(set(text))
+        self._index = {ch: i for i, ch in enumerate(self.vocab)}
+        ids = self.encode(text)
+        # In order: the validation part is the end of the text, never seen in training.
+        self.train: torch.Tensor = ids[:len(text) - n_val]
+        self.val: torch.Tensor = ids[len(text) - n_val:]
+
+    def __len__(self) -> int:
+        return len(self.text)
+
+    def __repr__(self) -> str:
+        return (f"CharText({len(self.text)} characters, {len(self.vocab)} distinct, "
+                f"train {len(self.train)}, val {len(self.val)})")
+
+    def encode(self, s: str) -> torch.Tensor:
+        """The ids of the characters of s (a LongTensor); unknown characters are a ValueError."""
+        if not isinstance(s, str):
+            raise TypeError(f"encode() needs a str, got {type(s).__name__}")
+        unknown = sorted(set(s) - self._index.keys())
+        if unknown:
+            raise ValueError(f"characters not in the vocabulary: {''.join(unknown)!r}")
+        return torch.tensor([self._index[ch] for ch in s], dtype=torch.long)
+
+    def decode(self, ids: torch.Tensor | list[int]) -> str:
+        """The string of a sequence of ids (a 1-d tensor or a list of ints)."""
+        ids = torch.as_tensor(ids)
+        if ids.dim() != 1 or ids.is_floating_point():
+            raise ValueError(f"decode() needs a 1-d sequence of integer ids, got shape "
+                             f"{tuple(ids.shape)} of {ids.dtype}")
+        values = ids.tolist()
+        bad = [i for i in values if not 0 <= i < len(self.vocab)]
+        if bad:
+            raise ValueError(f"ids outside the vocabulary (0..{len(self.vocab) - 1}): {bad[:5]}")
+        return "".join(self.vocab[i] for i in values)
+
+    def batch(self, batch_size: int, seq_len: int, generator: torch.Generator,
+              split: str = "train") -> tuple[torch.Tensor, torch.Tensor]:
+        """Random windows (X, Y) of shape (batch_size, seq_len); Y is X shifted by one."""
+        if split not in SPLITS:
+            raise ValueError(f"unknown split {split!r}; use one of {', '.join(SPLITS)}")
+        batch_size = whole_number(batch_size, "batch_size")
+        seq_len = whole_number(seq_len, "seq_len")
+        if not isinstance(generator, torch.Generator):
+            raise TypeError("batch() needs a torch.Generator (torch.Generator().manual_seed(0)), "
+                            f"got {type(generator).__name__}")
+        data = getattr(self, split)
+        if seq_len >= len(data):
+            raise ValueError(f"seq_len {seq_len} needs more than the {len(data)} characters of "
+                             f"the {split} split; use seq_len < {len(data)}")
+        starts = torch.randint(0, len(data) - seq_len, (batch_size,), generator=generator,
+                               device=generator.device)
+        rows = starts.cpu()[:, None] + torch.arange(seq_len + 1)
+        windows = data[rows]
+        return windows[:, :-1].contiguous(), windows[:, 1:].contiguous()
+
+
+def load_text(name: str = "timemachine", max_chars: int | None = None) -> CharText:
+    """A text shipped with d2l_extras (The Time Machine by default), as a CharText."""
+    texts = _texts()
+    if name not in texts:
+        raise ValueError(f"no text {name!r}; available: {', '.join(sorted(texts))}")
+    text = texts[name].read_text(encoding="utf-8")
+    if max_chars is not None:
+        text = text[:whole_number(max_chars, "max_chars")]
+    return CharText(text)
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head self-attention in which each position sees itself and earlier positions."""
+
+    def __init__(self, d_model: int, n_heads: int, seq_len: int) -> None:
+        super().__init__()
+        self.n_heads = n_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.proj = nn.Linear(d_model, d_model)
+        mask = torch.ones(seq_len, seq_len, dtype=torch.bool).tril()
+        self.register_buffer("mask", mask, persistent=False)
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """softmax(q k^T / sqrt(d) + causal mask) v, written out (FlashAttention fuses it)."""
+        T = q.shape[-2]
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        scores = scores.masked_fill(~self.mask[:T, :T], float("-inf"))
+        return scores.softmax(dim=-1) @ v
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, D = x.shape
+        # (B, T, 3D) -> three (B, heads, T, D / heads)
+        q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, D // self.n_heads).permute(
+            2, 0, 3, 1, 4)
+        y = self.attend(q, k, v)
+        return self.proj(y.transpose(1, 2).reshape(B, T, D))
+
+
+class Block(nn.Module):
+    """A pre-LayerNorm transformer block: x + attention(ln(x)), then x + MLP(ln(x))."""
+
+    def __init__(self, d_model: int, n_heads: int, seq_len: int) -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d_model)
+        self.attn = CausalSelfAttention(d_model, n_heads, seq_len)
+        self.ln2 = nn.LayerNorm(d_model)
+        self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(),
+                                 nn.Linear(4 * d_model, d_model))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class TinyGPT(nn.Module):
+    """A decoder-only transformer on characters (nanoGPT's shape, no dropout, untied head)."""
+
+    def __init__(self, vocab_size: int, seq_len: int, d_model: int, n_heads: int,
+                 n_layers: int, checkpoint: int = 0) -> None:
+        super().__init__()
+        for value, what in ((vocab_size, "vocab_size"), (seq_len, "seq_len"),
+                            (d_model, "d_model"), (n_heads, "n_heads"), (n_layers, "n_layers")):
+            whole_number(value, what)
+        if d_model % n_heads:
+            raise ValueError(f"d_model ({d_model}) must be a multiple of n_heads ({n_heads})")
+        self.checkpoint = whole_number(checkpoint, "checkpoint", minimum=0)
+        self.seq_len = seq_len
+        self.tok_emb = nn.Embedding(vocab_size, d_model)
+        self.pos_emb = nn.Embedding(seq_len, d_model)
+        self.blocks = nn.ModuleList(Block(d_model, n_heads, seq_len) for _ in range(n_layers))
+        self.ln_f = nn.LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab_size, bias=False)
+        self.apply(self._init)
+
+    @staticmethod
+    def _init(module: nn.Module) -> None:
+        # GPT-2's initialization: small normal weights, zero biases
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        """Logits (B, T, vocab) of the next character after each position of X (B, T)."""
+        if X.dim() != 2 or X.shape[1] > self.seq_len or X.is_floating_point():
+            raise ValueError(f"TinyGPT needs integer ids of shape (batch, T <= {self.seq_len}), "
+                             f"got {tuple(X.shape)} of {X.dtype}")
+        x = self.tok_emb(X) + self.pos_emb(torch.arange(X.shape[1], device=X.device))
+        for i, block in enumerate(self.blocks):
+            if self.checkpoint and i % self.checkpoint == 0 and torch.is_grad_enabled():
+                x = _checkpoint(block, x, use_reentrant=False)  # recomputed in backward
+            else:
+                x = block(x)
+        return self.head(self.ln_f(x))
+
+
+def lm_loss(model: nn.Module, X: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy of the model's next-character predictions for X against Y."""
+    logits = model(X)
+    if Y.shape != logits.shape[:2]:
+        raise ValueError(f"Y must have X's shape {tuple(logits.shape[:2])}, got {tuple(Y.shape)}")
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), Y.reshape(-1))
+
+
+# --- sizes
+
+# Model shapes per device kind and profile: (d_model, n_heads, n_layers, seq_len, batch, steps).
+# On a CPU the model is tiny, so that the class profile runs in about a minute with
+# torch.compile's compile time. On a GPU, `full` is GPT-2 small's shape (nanoGPT) at seq 256: its
+# larger batch fills a large GPU. Where free memory is short, the batch shrinks first, then the
+# next smaller shape is taken.
+_SHAPES = {
+    "cpu": {"ci": (64, 4, 2, 64, 16, 40), "class": (64, 4, 2, 64, 32, 60),
+            "full": (256, 8, 4, 128, 32, 1000)},
+    "gpu": {"ci": (128, 4, 2, 128, 32, 60), "class": (384, 6, 6, 256, 64, 500),
+            "full": (768, 12, 12, 256, 32, 2000)},
+}
+_VOCAB = 128            # at least The Time Machine's 70 characters: an upper bound for memory
+_MIN_BATCH = 4          # fewer sequences per step show nothing of a batch's effect
+_FRACTION = 0.6         # of free memory; the rest is the allocator's slack and the CUDA context
+GROWTH = 4              # the notebook's larger batch: GROWTH x batch must fit as well
+
+
+def training_bytes(d_model: int, n_heads: int, n_layers: int, seq_len: int,
+                   batch: int) -> int:
+    """Bytes one float32 Adam training step of TinyGPT holds, over-estimated for sizing."""
+    params = 12 * n_layers * d_model ** 2 + (seq_len + 2 * _VOCAB) * d_model
+    state = 16 * params                         # weights, gradients, Adam's two moments
+    # Per layer and sequence: about 24 (T x d) tensors (LayerNorms, q k v, the 4d MLP and its
+    # GELU, residuals) and 3 (heads x T x T) score tensors (scores, mask, softmax), float32;
+    # then the logits, their log-softmax and gradient. Backward adds about one layer's worth.
+    layer = 4 * (24 * seq_len * d_model + 3 * n_heads * seq_len ** 2)
+    per_sequence = (n_layers + 1) * layer + 3 * 4 * seq_len * _VOCAB
+    return state + batch * per_sequence
+
+
+def capstone_sizes(device: torch.device | str, *, budget: int | None = None,
+                   profile_name: str | None = None) -> dict[str, int]:
+    """The capstone's model and batch (d_model, n_heads, n_layers, seq_len, batch, steps).
+
+    On a GPU, or with `budget` (bytes, to test any GPU anywhere), GROWTH x batch fits in
+    60% of the free memory; `steps` is the length of the notebook's final training run.
+    """
+    prof = profile() if profile_name is None else profile_name
+    if prof not in PROFILES:
+        raise ValueError(f"unknown profile {prof!r}; use one of {', '.join(PROFILES)}")
+    kind = device_kind(device)
+    keys = ("d_model", "n_heads", "n_layers", "seq_len", "batch", "steps")
+    if kind == "cpu" and budget is None:
+        return dict(zip(keys, _SHAPES["cpu"][prof]))
+    # On a GPU (or with a budget): the profile's shape, else smaller ones, with the largest
+    # batch that fits `_FRACTION` of free memory.
+    shapes = list(_SHAPES[kind].values())
+    start = PROFILES.index(prof)
+    free = free_memory(device) if budget is None else budget
+    for d, h, L, T, wanted, _ in reversed(shapes[:start + 1]):
+        state = training_bytes(d, h, L, T, 0)
+        per_sequence = training_bytes(d, h, L, T, 1) - state
+        room = int(free * _FRACTION) - state
+        if room >= GROWTH * _MIN_BATCH * per_sequence:
+            batch = min(wanted, room // (GROWTH * per_sequence))
+            return dict(zip(keys, (d, h, L, T, batch, shapes[start][5])))
+    raise ValueError(f"even the smallest capstone model does not fit in 60% of the free memory "
+                     f"of {device}; free memory (close other notebooks) or use the CPU")

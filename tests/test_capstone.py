@@ -1,0 +1,71 @@
+"""The capstone's DDP worker: k processes take one process's steps; it times what it sends."""
+import json
+import os
+
+import pytest
+import torch
+
+import d2l_extras as dx
+from d2l_extras import capstone
+
+# gloo on the CPU even where GPUs exist, one thread per process: fast and the same everywhere.
+GLOO = {"D2L_BACKEND": "gloo", "CUDA_VISIBLE_DEVICES": ""}
+TINY = ["--batch-size", "8", "--seq-len", "16", "--d-model", "16", "--heads", "2",
+        "--layers", "1", "--threads", "1", "--lr", "0.01"]
+
+
+@pytest.mark.parametrize("argv, what", [
+    (["--steps", "0"], "steps"), (["--batch-size", "-4"], "batch-size"),
+    (["--lr", "0"], "lr"), (["--d-model", "30", "--heads", "4"], "multiple of --heads"),
+    (["--comm-steps", "-1"], "comm-steps"), (["--share", "0"], "share")])
+def test_bad_arguments_are_refused_with_their_name(capsys, argv, what):
+    with pytest.raises(SystemExit):
+        capstone.parse_args(argv)
+    assert what in capsys.readouterr().err
+
+
+def test_every_process_count_draws_the_same_global_batches():
+    text = dx.load_text(max_chars=5000)
+    args = capstone.parse_args(TINY)
+    X1, Y1 = capstone.global_batch(text, 3, args)
+    X2, Y2 = capstone.global_batch(text, 3, args)
+    assert torch.equal(X1, X2) and torch.equal(Y1, Y2)
+    assert not torch.equal(X1, capstone.global_batch(text, 4, args)[0])  # a new step, new rows
+    assert X1.shape == (8, 16)
+
+
+def test_one_process_without_torchrun(monkeypatch, capsys):
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                "MASTER_PORT", "D2L_RESULT_FILE"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("D2L_BACKEND", "gloo")
+    threads = torch.get_num_threads()
+    try:
+        capstone.main([*TINY, "--steps", "3", "--comm-steps", "1", "--share", "2"])
+    finally:
+        torch.set_num_threads(threads)
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert res["processes"] == 1 and len(res["losses"]) == 3
+    assert res["share"] == 2 and res["share_s"] > 0 and res["step_s"] > 0
+
+
+def test_two_processes_take_the_steps_of_one_and_time_their_allreduce():
+    args = [*TINY, "--steps", "6", "--comm-steps", "2"]
+    one = dx.launch("d2l_extras.capstone", 1, [*args, "--share", "2"], timeout=240,
+                    echo=False, env=GLOO).result
+    two = dx.launch("d2l_extras.capstone", 2, args, timeout=240, echo=False, env=GLOO).result
+    assert two["processes"] == 2 and two["pids"] == 2 and two["backend"] == "gloo"
+    # The same global batches, the gradient averaged over the halves: the same training.
+    torch.testing.assert_close(torch.tensor(two["losses"]), torch.tensor(one["losses"]),
+                               rtol=1e-4, atol=1e-4)
+    assert one["losses"][-1] < one["losses"][0], "it learns"
+    assert two["grad_bytes"] == one["grad_bytes"] == 4 * one["parameters"]
+    for key in ("synced_s", "no_sync_s", "step_s", "tokens_per_s"):
+        assert two[key] > 0, key
+    assert two["comm_s"] == pytest.approx(two["synced_s"] - two["no_sync_s"])
+    assert one["share_s"] > 0 and "share_s" not in two
+    # A step allocates activations and gradients above the state held before it.
+    assert min(one["peak_bytes"], two["peak_bytes"]) > one["grad_bytes"]
+    # beta, from an allreduce of the gradients' size: busbw = 2 (k-1)/k N / t, with k = 2
+    assert two["bus_bandwidth"] == pytest.approx(two["grad_bytes"] / two["allreduce_s"])
+    assert "bus_bandwidth" not in one  # nothing to send alone
