@@ -17,6 +17,7 @@ Started without torchrun (python -m d2l_extras.ddp), it trains in this one proce
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import statistics
 import sys
@@ -137,6 +138,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="CPU threads per process (0: torch's default, OMP_NUM_THREADS)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-steps", type=int, default=0, help="stop after this many steps (0: none)")
+    p.add_argument("--time-comm", type=int, default=0, metavar="N",
+                   help="after training, time N forward-backward passes with gradient sync and "
+                        "N inside no_sync(), on the same batch, and N allreduces of all the "
+                        "gradients alone: medians in result['comm'] (0: none)")
+    p.add_argument("--time-batches", type=int, nargs="+", default=[], metavar="B",
+                   help="with --time-comm: the batch sizes per process to time (default: this "
+                        "process's share of --batch-size)")
     p.add_argument("--timeout", type=float, default=300,
                    help="seconds any process waits for the others before giving up")
     p.add_argument("--crash-rank", type=int, default=-1,
@@ -147,6 +155,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.bucket_mb <= 0:
         p.error(f"--bucket-mb must be > 0, got {args.bucket_mb}")
+    if args.time_comm < 0:
+        p.error(f"--time-comm must be >= 0 (steps to time), got {args.time_comm}")
+    if args.time_batches and not args.time_comm:
+        p.error("--time-batches needs --time-comm N (how many steps to time)")
+    if any(b < 1 for b in args.time_batches):
+        p.error(f"--time-batches must all be >= 1, got {args.time_batches}")
     return args
 
 
@@ -352,6 +366,55 @@ def step_timeline(step: Callable[[], object], device: torch.device) -> list[dict
             for ev, kind in zip(events, kinds)]
 
 
+def time_comm(model: DistributedDataParallel, X: torch.Tensor, y: torch.Tensor,
+              steps: int, batches: Sequence[int] = ()) -> dict:
+    """Median seconds of a forward-backward pass with gradient sync and inside no_sync().
+
+    For each batch size (default: len(X)), `steps` passes each way on the first examples of
+    (X, y), interleaved after one warm-up of each, so that noise hits both alike; the
+    difference is what the gradient allreduce adds to a step. Also times `steps` allreduces of
+    a buffer as large as all the gradients, alone. Every process must call it alike.
+    """
+    steps = whole_number(steps, "steps")
+    batches = [whole_number(b, "each batch size") for b in batches] or [len(X)]
+    if max(batches) > len(X):
+        raise ValueError(f"batch {max(batches)} is larger than the {len(X)} examples given")
+    device = next(model.parameters()).device
+
+    def timed(fn: Callable[[], object]) -> float:
+        dist.barrier()  # start together, or a step waits for the other's late arrival
+        with Benchmark(devices=[device], verbose=False) as clock:
+            fn()
+        return clock.elapsed
+
+    def step(b: int) -> None:
+        model.zero_grad(set_to_none=True)
+        F.cross_entropy(model(X[:b]), y[:b]).backward()  # DDP allreduces in here
+
+    def unsynced(b: int) -> None:
+        with model.no_sync():  # the same pass, its gradients kept local
+            step(b)
+
+    grads = [p for p in model.parameters() if p.requires_grad]
+    flat = torch.zeros(sum(p.numel() for p in grads), device=device)
+    out = {"steps": steps, "batches": batches, "sync_s": [], "no_sync_s": [],
+           "grad_bytes": sum(p.numel() * p.element_size() for p in grads)}
+    for b in batches:
+        timed(lambda: step(b))  # warm-up, each way
+        timed(lambda: unsynced(b))
+        sync, local = [], []
+        for _ in range(steps):
+            sync.append(timed(lambda: step(b)))
+            local.append(timed(lambda: unsynced(b)))
+        out["sync_s"].append(statistics.median(sync))
+        out["no_sync_s"].append(statistics.median(local))
+    timed(lambda: dist.all_reduce(flat))
+    out["allreduce_s"] = statistics.median(timed(lambda: dist.all_reduce(flat))
+                                           for _ in range(steps))
+    model.zero_grad(set_to_none=True)
+    return out
+
+
 def _count_correct(net: nn.Module, loader: DataLoader, device: torch.device) -> torch.Tensor:
     totals = torch.zeros(2, dtype=torch.float64, device=device)  # correct, seen
     net.eval()
@@ -471,8 +534,13 @@ def train(args: argparse.Namespace) -> dict:
             timeline = step_timeline(step, device)
         else:
             step()
+    comm = None
+    if args.time_comm:  # after training: the passes use its final weights, the same batch
+        size = max(args.time_batches or [args.batch_size // world])
+        X, y = next(iter(DataLoader(data.train, size, sampler=sampler)))
+        comm = time_comm(model, X.to(device), y.to(device), args.time_comm, args.time_batches)
     return {"processes": world, "pids": len(set(pids)), "no_sync": no_sync,
-            "timeline": timeline, "bucket_mb": args.bucket_mb,
+            "timeline": timeline, "comm": comm, "bucket_mb": args.bucket_mb,
             "samples_seen": sum(history["epoch_samples"]),
             "backend": dist.get_backend(), "device": device.type,
             "data": data.name, "n_train": len(data.train), "batch_size": args.batch_size,
@@ -493,6 +561,9 @@ def main(argv: list[str] | None = None) -> None:
         if int(os.environ["RANK"]) == 0:
             save_result(result)
     finally:
+        # Free what train() left in reference cycles (DDP's reducer holds the process group)
+        # now: freed at interpreter exit instead, gloo's threads may abort the process.
+        gc.collect()
         finish_worker()  # a no-op where train() failed before joining
 
 

@@ -1,4 +1,5 @@
 """DDP training module: trains under torchrun with gloo, fails fast, syncs BatchNorm on CPU."""
+import json
 import subprocess
 import sys
 import time
@@ -27,6 +28,11 @@ def test_bad_arguments_are_refused():
         ddp.parse_args(["--epochs", "0"])
     with pytest.raises(SystemExit):
         ddp.parse_args(["--bucket-mb", "0"])
+    for bad in (["--time-comm", "-1"], ["--time-comm", "2", "--time-batches", "8", "0"],
+                ["--time-batches", "8"]):  # the last: batches to time, but no steps
+        with pytest.raises(SystemExit):
+            ddp.parse_args(bad)
+    assert ddp.parse_args(["--time-comm", "3", "--time-batches", "8", "4"]).time_batches == [8, 4]
 
 
 GB = 10 ** 9
@@ -243,7 +249,8 @@ def test_a_gpu_step_reads_overlap_from_allreduce_kernels_only(monkeypatch, broad
 def test_two_gloo_processes_train_above_chance(monkeypatch):
     monkeypatch.setenv("D2L_PROFILE", "ci")
     run = dx.launch("d2l_extras.ddp", 2, ["--epochs", "2", "--threads", "1", "--profile",
-                                          "--check-no-sync", "--bucket-mb", "1"],
+                                          "--check-no-sync", "--bucket-mb", "1",
+                                          "--time-comm", "2"],
                     timeout=240, echo=False, env=GLOO)
     res = run.result
     assert res["processes"] == 2 and res["pids"] == 2 and res["backend"] == "gloo"
@@ -260,6 +267,11 @@ def test_two_gloo_processes_train_above_chance(monkeypatch):
     assert res["accuracy"] > 0.2, run.output[-5:]  # chance is 0.1 with 10 classes
     assert res["samples_per_s"] > 0 and len(res["test_acc"]) == 2
     assert any(line.startswith("epoch 2/2") for line in run.output)  # rank 0's progress
+    comm = res["comm"]  # --time-comm: each process's share of the batch, both ways
+    assert comm["batches"] == [res["batch_size"] // 2] and comm["steps"] == 2
+    assert all(0 < t < 60 for t in comm["sync_s"] + comm["no_sync_s"] + [comm["allreduce_s"]])
+    params = sum(p.numel() for p in dx.resnet18(10, 1, res["width"]).parameters())
+    assert comm["grad_bytes"] == 4 * params  # float32
 
 
 def test_a_crashing_worker_ends_the_run_quickly_with_its_message(monkeypatch):
@@ -387,3 +399,29 @@ def test_step_timeline_names_rows_and_kinds_in_one_process():
     lanes = {ev["lane"] for ev in events}
     assert any(lane.endswith("(forward, backward)") for lane in lanes), lanes
     assert all(set(ev) == {"name", "lane", "start", "duration", "kind"} for ev in events)
+
+
+def test_time_comm_times_every_batch_in_one_process(monkeypatch, capsys):
+    train_alone(monkeypatch, ["--max-steps", "1", "--time-comm", "2", "--time-batches", "16", "8"])
+    result = json.loads(next(line for line in capsys.readouterr().out.splitlines()
+                             if line.startswith("{")))
+    comm = result["comm"]
+    assert comm["batches"] == [16, 8] and comm["steps"] == 2
+    assert len(comm["sync_s"]) == len(comm["no_sync_s"]) == 2
+    assert all(0 < t < 60 for t in comm["sync_s"] + comm["no_sync_s"] + [comm["allreduce_s"]])
+    assert comm["grad_bytes"] == 4 * sum(p.numel() for p in dx.resnet18(10, 1, 4).parameters())
+
+
+def test_no_comm_timing_unless_asked(monkeypatch, capsys):
+    train_alone(monkeypatch, ["--max-steps", "1"])
+    assert '"comm": null' in capsys.readouterr().out
+
+
+def test_time_comm_rejects_bad_input():
+    X, y = torch.zeros(4, 1, 28, 28), torch.zeros(4, dtype=torch.long)
+    with pytest.raises(ValueError, match="steps"):
+        ddp.time_comm(None, X, y, 0)
+    with pytest.raises(ValueError, match="batch size"):
+        ddp.time_comm(None, X, y, 2, [0])
+    with pytest.raises(ValueError, match="larger than the 4 examples"):
+        ddp.time_comm(None, X, y, 2, [2, 8])
