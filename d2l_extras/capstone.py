@@ -12,6 +12,7 @@ Started without torchrun (python -m d2l_extras.capstone), it trains in this one 
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import statistics
 import sys
@@ -179,6 +180,7 @@ def main(argv: list[str] | None = None) -> None:
         if int(os.environ["RANK"]) == 0:
             save_result(result)
     finally:
+        gc.collect()  # DDP's reducer holds the process group in cycles: free them first (ddp.py)
         finish_worker()
 
 
