@@ -27,8 +27,8 @@ _EXPORTS = {
     "compiler": ["compile_support", "gpu_compile_rule", "last_level_cache", "maybe_compile",
                  "memory_regime", "speed_verdict"],
     "distributed": ["LaunchResult", "WorkerError", "finish_worker", "free_port", "init_worker",
-                    "launch", "save_result", "torchrun_command", "wait_for", "worker_device",
-                    "worker_exit_codes"],
+                    "launch", "run_worker", "save_result", "torchrun_command", "wait_for",
+                    "worker_device", "worker_exit_codes"],
     # asynchronous computation, automatic parallelism: profiler timelines
     "profiling": ["TimelineEvent", "busy_time", "launch_stacks", "overlap_time",
                   "profile_trace", "record_timeline", "trace_events"],

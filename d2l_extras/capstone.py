@@ -12,17 +12,15 @@ Started without torchrun (python -m d2l_extras.capstone), it trains in this one 
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import statistics
 import sys
-import time
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from .distributed import finish_worker, free_port, init_worker, save_result
+from .distributed import init_worker, run_worker
 from .memory import peak_memory
 from .ring import bus_bandwidth
 from .timing import Benchmark
@@ -172,17 +170,7 @@ def train(args: argparse.Namespace) -> dict:
 def main(argv: list[str] | None = None) -> None:
     """Entry point: parse arguments, train, and let rank 0 save the result."""
     args = parse_args(argv)
-    if "RANK" not in os.environ:  # started without torchrun: be a group of one
-        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
-                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
-    try:
-        result = train(args)
-        if int(os.environ["RANK"]) == 0:
-            save_result(result)
-    finally:
-        gc.collect()  # DDP's reducer holds the process group in cycles: free them first (ddp.py)
-        finish_worker()
-
+    run_worker(lambda: train(args))
 
 if __name__ == "__main__":
     main(sys.argv[1:])

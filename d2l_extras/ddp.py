@@ -17,7 +17,6 @@ Started without torchrun (python -m d2l_extras.ddp), it trains in this one proce
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import statistics
 import sys
@@ -35,7 +34,7 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from torch.utils.data.distributed import DistributedSampler
 
 from .data import SOURCES, default_sizes, load_images
-from .distributed import finish_worker, free_port, init_worker, save_result, worker_device
+from .distributed import init_worker, run_worker, worker_device
 from .hardware import whole_number
 from .models import init_weights, resnet18
 from .parallel import even_batch_size
@@ -553,19 +552,7 @@ def train(args: argparse.Namespace) -> dict:
 def main(argv: list[str] | None = None) -> None:
     """Entry point: parse arguments, train, and let rank 0 save the result."""
     args = parse_args(argv)
-    if "RANK" not in os.environ:  # started without torchrun: be a group of one
-        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
-                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
-    try:
-        result = train(args)
-        if int(os.environ["RANK"]) == 0:
-            save_result(result)
-    finally:
-        # Free what train() left in reference cycles (DDP's reducer holds the process group)
-        # now: freed at interpreter exit instead, gloo's threads may abort the process.
-        gc.collect()
-        finish_worker()  # a no-op where train() failed before joining
-
+    run_worker(lambda: train(args))
 
 if __name__ == "__main__":
     main(sys.argv[1:])

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import gc
 import ipaddress
 import json
 import os
@@ -33,7 +34,7 @@ import threading
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Iterator, MutableMapping, Sequence
+from typing import Any, Callable, Iterator, MutableMapping, Sequence
 
 import psutil
 import torch
@@ -414,6 +415,27 @@ def finish_worker() -> None:
     dist.destroy_process_group()
     del group
     del backend  # the last reference: joins gloo's threads with the GIL released
+
+
+def run_worker(work: Callable[[], Any]) -> None:
+    """Run a torchrun worker's `work()`; rank 0 hands its result back; always leave the group.
+
+    Started without torchrun, the process is a group of one (the variables torchrun sets).
+    """
+    if not callable(work):
+        raise TypeError(f"run_worker() needs a function to run, got {type(work).__name__}")
+    if "RANK" not in os.environ:
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
+                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    try:
+        result = work()
+        if int(os.environ["RANK"]) == 0:
+            save_result(result)
+    finally:
+        # Free what work() left in reference cycles (DDP's reducer holds the process group)
+        # now: freed at interpreter exit instead, gloo's threads may abort the process.
+        gc.collect()
+        finish_worker()  # a no-op where work() failed before joining
 
 
 def save_result(obj: Any) -> None:

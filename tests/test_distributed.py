@@ -1,4 +1,5 @@
 import datetime
+import json
 import os
 import signal
 import socket
@@ -469,3 +470,28 @@ def test_suite_fails_when_a_test_leaves_a_process_behind(tmp_path):
     orphan = int(pid_file.read_text())
     assert not psutil.pid_exists(orphan) or \
         psutil.Process(orphan).status() == psutil.STATUS_ZOMBIE
+
+
+def test_run_worker_alone_is_a_group_of_one_and_prints_its_result(monkeypatch, capsys):
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                "MASTER_PORT", dx.distributed.RESULT_ENV):
+        monkeypatch.delenv(key, raising=False)
+    seen = {}
+
+    def work():
+        seen.update(os.environ)
+        return {"answer": 42}
+    dx.run_worker(work)
+    assert seen["RANK"] == "0" and seen["WORLD_SIZE"] == "1"
+    assert json.loads(capsys.readouterr().out) == {"answer": 42}
+
+
+def test_run_worker_passes_a_failure_on_and_refuses_a_non_function(monkeypatch):
+    monkeypatch.setenv("RANK", "0")
+
+    def fail():
+        raise RuntimeError("broken on purpose")
+    with pytest.raises(RuntimeError, match="on purpose"):
+        dx.run_worker(fail)
+    with pytest.raises(TypeError, match="needs a function"):
+        dx.run_worker(42)
