@@ -420,13 +420,16 @@ def finish_worker() -> None:
 def run_worker(work: Callable[[], Any]) -> None:
     """Run a torchrun worker's `work()`; rank 0 hands its result back; always leave the group.
 
-    Started without torchrun, the process is a group of one (the variables torchrun sets).
+    Started without torchrun, the process is a group of one (the variables torchrun sets),
+    for the length of the call only.
     """
     if not callable(work):
         raise TypeError(f"run_worker() needs a function to run, got {type(work).__name__}")
-    if "RANK" not in os.environ:
-        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
-                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    alone = {} if "RANK" in os.environ else dict(
+        RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    before = {name: os.environ.get(name) for name in alone}
+    os.environ.update(alone)
     try:
         result = work()
         if int(os.environ["RANK"]) == 0:
@@ -436,6 +439,12 @@ def run_worker(work: Callable[[], Any]) -> None:
         # now: freed at interpreter exit instead, gloo's threads may abort the process.
         gc.collect()
         finish_worker()  # a no-op where work() failed before joining
+        # Left set, a caller's later subprocesses would inherit a rank and a used port.
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def save_result(obj: Any) -> None:

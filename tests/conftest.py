@@ -1,7 +1,9 @@
 """Shared test set-up: a headless matplotlib backend, and a profile the tests control.
 
-Also a check that the suite leaves no process behind: at the end of the session every process
-that the tests started and that still runs is listed, killed, and the run fails.
+Two checks: no test leaves torchrun's variables (RANK, MASTER_PORT...) changed, since a later
+worker started as a subprocess would inherit a rank and a used port; and the suite leaves no
+process behind: at the end of the session every process that the tests started and that still
+runs is listed, killed, and the run fails.
 """
 import contextlib
 import ctypes
@@ -14,6 +16,27 @@ import psutil
 import pytest
 
 matplotlib.use("Agg")
+
+# What torchrun tells a worker; set in the test process, they make every later worker a rank.
+TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                "MASTER_PORT")
+
+
+@pytest.fixture(autouse=True)
+def torchrun_env_unchanged(request):
+    """Fail a test that leaves torchrun's variables other than it found them; restore them."""
+    before = {name: os.environ.get(name) for name in TORCHRUN_ENV}
+    yield
+    after = {name: os.environ.get(name) for name in TORCHRUN_ENV}
+    changed = {name: after[name] for name in TORCHRUN_ENV if after[name] != before[name]}
+    for name in changed:
+        if before[name] is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = before[name]
+    if changed:
+        pytest.fail(f"{request.node.name} left torchrun's variables set: {changed}",
+                    pytrace=False)
 
 
 @pytest.fixture

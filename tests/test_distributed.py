@@ -481,9 +481,14 @@ def test_run_worker_alone_is_a_group_of_one_and_prints_its_result(monkeypatch, c
     def work():
         seen.update(os.environ)
         return {"answer": 42}
+    monkeypatch.setenv("MASTER_ADDR", "10.0.0.9")  # the caller's own setting
     dx.run_worker(work)
     assert seen["RANK"] == "0" and seen["WORLD_SIZE"] == "1"
+    assert seen["MASTER_ADDR"] == "127.0.0.1"
     assert json.loads(capsys.readouterr().out) == {"answer": 42}
+    # Afterwards the process is as before: a later subprocess inherits no stale rank or port.
+    assert "RANK" not in os.environ and "MASTER_PORT" not in os.environ
+    assert os.environ["MASTER_ADDR"] == "10.0.0.9"
 
 
 def test_run_worker_passes_a_failure_on_and_refuses_a_non_function(monkeypatch):
