@@ -237,6 +237,10 @@ def launch(module: str, nproc: int, args: Sequence[str] = (), timeout: float = 3
     local = nnodes == 1 and is_loopback(master_addr)
     if local:  # the same torchrun, with its store and sockets on loopback (see main below)
         cmd = [sys.executable, "-m", __name__, *cmd[3:]]
+        if master_port is None:  # main binds a free port itself, and keeps it
+            end = cmd.index("-m", 3)  # torchrun's own options end at the module
+            cmd = [a for i, a in enumerate(cmd)
+                   if i >= end or not a.startswith("--master-port=")]
     with tempfile.TemporaryDirectory(prefix="d2l-launch-") as tmp:
         result_file = os.path.join(tmp, "result.json")
         run_env = {**os.environ, **(env or {}), RESULT_ENV: result_file, "PYTHONUNBUFFERED": "1"}
@@ -460,7 +464,10 @@ def save_result(obj: Any) -> None:
 
 
 def _loopback_store(host: str, port: int) -> Any:
-    """Serve torchrun's rendezvous store on host:port (a loopback address) only."""
+    """Serve torchrun's rendezvous store on host:port (a loopback address) only; port 0: any.
+
+    The store's `port` says which port it holds.
+    """
     from torch.distributed import TCPStore
 
     # TCPStore's server listens on every interface; given a socket that is already bound it
@@ -470,6 +477,7 @@ def _loopback_store(host: str, port: int) -> Any:
     with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.bind((host, port))
         sock.listen(128)
+        port = sock.getsockname()[1]  # the OS's choice where port was 0
         fd = sock.detach()  # the store owns it from here
     libuv = tuple(int(x) for x in re.findall(r"\d+", torch.__version__)[:2]) >= (2, 8)
     try:
@@ -494,14 +502,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     store = None
     if args.rdzv_backend == "static" and not args.rdzv_endpoint and not args.standalone \
             and str(args.nnodes).split(":")[-1] == "1" and is_loopback(args.master_addr):
-        if args.master_port is None:  # newer torchrun would switch to a c10d store on 0.0.0.0
-            argv.insert(0, f"--master-port={free_port(args.master_addr)}")
-            args = torchrun.parse_args(argv)
         _loopback_env(os.environ)
         try:
-            store = _loopback_store(args.master_addr, int(args.master_port))
+            # Port 0 (none given): the OS picks a free one, which the store holds from then
+            # on; a port picked here and bound later could be taken by another job meanwhile.
+            store = _loopback_store(args.master_addr, int(args.master_port or 0))
         except (OSError, RuntimeError, TypeError, ValueError) as err:
             print(f"d2l_extras: torchrun's store listens on every interface ({err})", flush=True)
+        if args.master_port is None:  # newer torchrun would switch to a c10d store on 0.0.0.0
+            port = store.port if store is not None else free_port(args.master_addr)
+            argv.insert(0, f"--master-port={port}")
     torchrun.main(argv)
     del store  # served until torchrun is done
 

@@ -229,6 +229,8 @@ def test_launch_returns_output_and_result(worker_dir):
     run = dx.launch("ok_worker", 2, timeout=120, echo=False)
     assert run.result == {"sum": [3.0, 3.0, 3.0], "world": 2}
     assert any("rank 1 of 2" in line for line in run.output)
+    # No port chosen here: the launched process binds one and holds it (no race with others).
+    assert not any(a.startswith("--master-port=") for a in run.command)
 
 
 def test_finish_worker_leaves_while_gloo_still_holds_a_tensor(worker_dir):
@@ -355,6 +357,18 @@ def test_loopback_store_listens_on_127_0_0_1_only():
                  if c.status == psutil.CONN_LISTEN and c.laddr.port == port]
     del store
     assert [a.ip for a in listening] == ["127.0.0.1"]
+
+
+def test_loopback_store_on_port_0_holds_a_port_the_os_chose():
+    from d2l_extras.distributed import _loopback_store
+
+    store = _loopback_store("127.0.0.1", 0)
+    assert store.port > 0 and [a.ip for a in _listening(store.port)] == ["127.0.0.1"]
+    with socket.socket() as other, pytest.raises(OSError):  # nobody else can take it
+        other.bind(("127.0.0.1", store.port))
+    port = store.port
+    del store
+    assert _listening(port) == []
 
 
 def _listening(port=None):
