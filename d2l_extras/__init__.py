@@ -55,7 +55,8 @@ _EXPORTS = {
              "read_idx"],
     "models": ["Residual", "init_weights", "lenet", "lenet_params", "resnet18"],
     "parallel": ["allow_tf32", "allreduce", "evaluate_accuracy", "even_batch_size", "get_params",
-                 "replicate", "sgd", "split_batch", "strict_float32", "train_batch"],
+                 "per_process_batch", "replicate", "sgd", "split_batch", "strict_float32",
+                 "train_batch"],
     # parameter servers: cost model, ring allreduce, sharded key-value store
     "costmodel": ["SCALINGS", "plot_sync_costs", "ring_time", "server_time", "speedup",
                   "step_time", "sync_time", "transfer_time"],

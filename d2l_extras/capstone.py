@@ -22,7 +22,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from .distributed import init_worker, run_worker
 from .memory import peak_memory
-from .parallel import even_batch_size
+from .parallel import per_process_batch
 from .ring import bus_bandwidth
 from .timing import Benchmark
 from .transformer import TinyGPT, lm_loss, load_text
@@ -85,11 +85,7 @@ def train(args: argparse.Namespace) -> dict:
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     rank, world, device = init_worker(args.timeout)
-    if args.batch_size % world:
-        raise ValueError(f"--batch-size {args.batch_size} does not split evenly over {world} "
-                         f"processes; use a multiple of {world}, e.g. "
-                         f"{even_batch_size(args.batch_size, world)}")
-    per = args.batch_size // world
+    per = per_process_batch(args.batch_size, world)
     mine = slice(rank * per, (rank + 1) * per)
     pids: list = [None] * world
     dist.all_gather_object(pids, os.getpid())

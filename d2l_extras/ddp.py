@@ -37,7 +37,7 @@ from .data import SOURCES, default_sizes, load_images
 from .distributed import init_worker, run_worker, worker_device
 from .hardware import whole_number
 from .models import init_weights, resnet18
-from .parallel import even_batch_size
+from .parallel import even_batch_size, per_process_batch
 from .profiles import by_profile
 from .profiling import TimelineEvent, launch_stacks, profile_trace, trace_events
 from .report import notice
@@ -218,10 +218,7 @@ def shard_loaders(train_set: Dataset, test_set: Dataset, batch_size: int, world:
                   seed: int = 0, pin_memory: bool = False
                   ) -> tuple[DataLoader, DistributedSampler, DataLoader]:
     """This rank's training loader (and its sampler) and its share of the test set."""
-    if batch_size % world:
-        raise ValueError(f"--batch-size {batch_size} does not split evenly over {world} "
-                         f"processes; use a multiple of {world}, e.g. "
-                         f"{even_batch_size(batch_size, world)}")
+    per_process_batch(batch_size, world)
     if not 0 <= rank < world:
         raise ValueError(f"rank must be in 0..{world - 1}, got {rank}")
     # Each process sees a different 1/world of every epoch, reshuffled per epoch (set_epoch);
@@ -431,10 +428,7 @@ def train(args: argparse.Namespace) -> dict:
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     rank, world, device = init_worker(args.timeout)
-    if args.batch_size % world:
-        raise ValueError(f"--batch-size {args.batch_size} does not split evenly over {world} "
-                         f"processes; use a multiple of {world}, e.g. "
-                         f"{even_batch_size(args.batch_size, world)}")
+    per_process_batch(args.batch_size, world)  # before the data loads: fail early
     # Which processes took part: their ids, gathered (a check that k processes really ran).
     pids: list = [None] * world
     dist.all_gather_object(pids, os.getpid())

@@ -114,6 +114,15 @@ def even_batch_size(batch_size: int, k: int) -> int:
     return -(-batch_size // k) * k
 
 
+def per_process_batch(batch_size: int, k: int) -> int:
+    """Return each of k processes' share of a global batch; say which batch to use if uneven."""
+    batch_size, k = whole_number(batch_size, "batch_size"), whole_number(k, "k")
+    if batch_size % k:
+        raise ValueError(f"--batch-size {batch_size} does not split evenly over {k} processes; "
+                         f"use a multiple of {k}, e.g. {even_batch_size(batch_size, k)}")
+    return batch_size // k
+
+
 def _tf32_switches(allowed: bool) -> list[tuple[object, str, object]]:
     """(settings, attribute, value) of every switch that lets float32 run as TF32, parents first."""
     matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn

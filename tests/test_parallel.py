@@ -126,6 +126,15 @@ def test_even_batch_size(k):
         assert even % k == 0 and batch <= even < batch + k
 
 
+def test_per_process_batch_splits_evenly_or_names_a_batch_that_does():
+    assert dx.per_process_batch(64, 4) == 16 and dx.per_process_batch(7, 1) == 7
+    with pytest.raises(ValueError, match="does not split evenly over 3 processes; "
+                                         "use a multiple of 3, e.g. 66"):
+        dx.per_process_batch(64, 3)
+    with pytest.raises(ValueError, match="k must be a whole number"):
+        dx.per_process_batch(64, 0)
+
+
 def test_even_batch_size_rejects_bad_input():
     with pytest.raises(ValueError, match="k must be a whole number"):
         dx.even_batch_size(64, 0)
