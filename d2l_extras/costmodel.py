@@ -88,11 +88,8 @@ def step_time(k: int, compute_time: float, grad_bytes: float, bandwidth: float) 
     an upper bound for DDP, whose buckets hide part of it.
     """
     k = whole_number(k, "k (number of devices)")
-    if isinstance(compute_time, bool) or not isinstance(compute_time, (int, float)) \
-            or not 0 <= compute_time < float("inf"):
-        raise ValueError(f"compute_time must be seconds >= 0, got {compute_time!r}")
-    comm = ring_time(grad_bytes, k, [bandwidth]) if k > 1 else 0.0
-    return float(compute_time) + comm
+    compute_time = positive_number(compute_time, "compute_time (seconds)", zero=True)
+    return compute_time + (ring_time(grad_bytes, k, [bandwidth]) if k > 1 else 0.0)
 
 
 def speedup(k: int, compute_1: float, grad_bytes: float, bandwidth: float,

@@ -118,11 +118,12 @@ def whole_number(value: object, what: str, minimum: int = 1) -> int:
     return int(value)
 
 
-def positive_number(value: object, what: str) -> float:
-    """Return value as a float if it is a finite number > 0; else a ValueError naming `what`."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0 \
-            or math.isinf(value):
-        raise ValueError(f"{what} must be a finite number > 0, got {value!r}")
+def positive_number(value: object, what: str, zero: bool = False) -> float:
+    """Return value as a float if it is finite and > 0 (>= 0 if zero); else a ValueError."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isinf(value) \
+            or not (value >= 0 if zero else value > 0):
+        raise ValueError(f"{what} must be a finite number {'>=' if zero else '>'} 0, "
+                         f"got {value!r}")
     return float(value)
 
 

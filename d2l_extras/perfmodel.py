@@ -14,11 +14,6 @@ from .hardware import positive_number
 REGIMES = {"overhead": "overhead-bound", "memory": "memory-bound", "compute": "compute-bound"}
 
 
-def _amount(value: object, what: str) -> float:
-    # Work may be zero (a call that moves nothing still pays its overhead), never negative.
-    return 0.0 if value == 0 and not isinstance(value, bool) else positive_number(value, what)
-
-
 @dataclass(frozen=True)
 class PerformanceModel:
     """A machine in three numbers: seconds per call, bytes per second, FLOP per second."""
@@ -34,8 +29,9 @@ class PerformanceModel:
 
     def terms(self, flops: float, n_bytes: float) -> dict[str, float]:
         """Seconds of one call under each limit alone: 'overhead', 'memory' and 'compute'."""
-        flops = _amount(flops, "PerformanceModel: flops (>= 0)")
-        n_bytes = _amount(n_bytes, "PerformanceModel: n_bytes (>= 0)")
+        # Work may be zero (a call that moves nothing still pays its overhead), never negative.
+        flops = positive_number(flops, "PerformanceModel: flops", zero=True)
+        n_bytes = positive_number(n_bytes, "PerformanceModel: n_bytes", zero=True)
         return {"overhead": self.overhead_s, "memory": n_bytes / self.bandwidth,
                 "compute": flops / self.peak}
 

@@ -116,6 +116,8 @@ def test_a_measured_compute_time_replaces_the_linear_guess():
 @pytest.mark.parametrize("call, match", [
     (lambda: cm.step_time(0, 0.1, MB, GB), "number of devices"),
     (lambda: cm.step_time(2, -0.1, MB, GB), "compute_time"),
+    (lambda: cm.step_time(2, float("inf"), MB, GB), "compute_time"),
+    (lambda: cm.step_time(2, True, MB, GB), "compute_time"),
     (lambda: cm.step_time(2, 0.1, MB, 0), "bandwidth"),
     (lambda: cm.speedup(2, 0.1, MB, GB, scaling="linear"), "strong, weak"),
     (lambda: cm.speedup(2, 0.0, MB, GB), "compute_1 must be > 0"),

@@ -275,6 +275,14 @@ def test_positive_number_refuses_what_cannot_be_measured():
             dx.positive_number(bad, "size")
 
 
+def test_positive_number_with_zero_accepts_none_of_an_amount_only():
+    assert dx.positive_number(0, "work", zero=True) == 0.0
+    assert dx.positive_number(2.5, "work", zero=True) == 2.5
+    for bad in (-1e-9, float("nan"), float("inf"), False, "0", None):
+        with pytest.raises(ValueError, match="work must be a finite number >= 0"):
+            dx.positive_number(bad, "work", zero=True)
+
+
 @pytest.mark.parametrize("environ,home,name", [
     ({"COLAB_RELEASE_TAG": "release-colab-1"}, "/root", "Colab"),
     ({"KAGGLE_KERNEL_RUN_TYPE": "Interactive"}, "/root", "Kaggle"),
