@@ -2,8 +2,10 @@
 
 Every process draws the same global batches (one generator, seeded per step) and trains on its
 slice of each, so k processes take the steps one process takes on the whole batch: their losses
-agree up to rounding. After training, rank 0 times forward + backward with DDP's allreduce and
-inside `no_sync()` on the same batch; the difference is the communication a step did not hide.
+agree up to rounding. After training, the processes time forward + backward with DDP's allreduce
+and inside `no_sync()` on the same batch, as notebook 07's worker does (`ddp.time_comm`): the
+difference is the communication a step did not hide. An allreduce of the gradients' size alone
+gives the bus bandwidth (beta).
 
 From a notebook: dx.launch("d2l_extras.capstone", 2, ["--steps", "20"]); from a terminal:
     python -m d2l_extras.distributed --nproc-per-node=2 -m d2l_extras.capstone --steps 20
@@ -20,6 +22,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from .ddp import time_comm
 from .distributed import init_worker, run_worker
 from .memory import peak_memory
 from .parallel import per_process_batch
@@ -52,7 +55,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lr", type=real, default=3e-3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--comm-steps", type=int, default=5,
-                   help="forward + backward pairs timed with and without allreduce (0: none)")
+                   help="forward + backward pairs timed with and without allreduce, and "
+                        "allreduces of the gradients alone (beta) (0: none)")
     p.add_argument("--share", type=whole, default=1,
                    help="also time steps on 1/share of the batch (t_compute(B/k) for k=share)")
     p.add_argument("--threads", type=int, default=0, help="torch threads per process (0: keep)")
@@ -71,15 +75,6 @@ def global_batch(text, step: int, args: argparse.Namespace):
     return text.batch(args.batch_size, args.seq_len, gen)
 
 
-def _median_time(fn, device: torch.device, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        with Benchmark(devices=[device], verbose=False) as clock:
-            fn()
-        times.append(clock.elapsed)
-    return statistics.median(times)
-
-
 def train(args: argparse.Namespace) -> dict:
     """Train with DDP in this process (one of WORLD_SIZE); return rank 0's summary."""
     if args.threads > 0:
@@ -96,14 +91,6 @@ def train(args: argparse.Namespace) -> dict:
     model = DistributedDataParallel(net.to(device), device_ids=ids)
     grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, foreach=True)
-    beta = {}
-    if world > 1:  # the ring's bus bandwidth at the gradients' size: beta of the scaling model
-        flat = torch.zeros(grad_bytes // 4, device=device)
-        dist.all_reduce(flat)  # warm: gloo and NCCL set up their channels on first use
-        dist.barrier()
-        seconds = _median_time(lambda: dist.all_reduce(flat), device, 5)
-        beta = {"allreduce_s": seconds,
-                "bus_bandwidth": bus_bandwidth(grad_bytes, seconds, world)[1]}
 
     def batch(step: int, rows: slice = mine):
         X, Y = global_batch(text, step, args)
@@ -127,28 +114,23 @@ def train(args: argparse.Namespace) -> dict:
               "device": device.type, "threads": torch.get_num_threads(),
               "batch_size": args.batch_size, "seq_len": args.seq_len, "losses": losses,
               "step_s": step_s, "tokens_per_s": args.batch_size * args.seq_len / step_s,
-              "grad_bytes": grad_bytes, "parameters": sum(p.numel() for p in net.parameters()),
-              **beta}
+              "grad_bytes": grad_bytes, "parameters": sum(p.numel() for p in net.parameters())}
     X, Y = batch(args.steps)
-
-    def fwd_bwd(sync: bool, X=X, Y=Y) -> None:
-        model.zero_grad(set_to_none=True)
-        if sync:
-            lm_loss(model, X, Y).backward()
-        else:
-            with model.no_sync():  # backward keeps its gradients local: no allreduce
-                lm_loss(model, X, Y).backward()
-    if args.comm_steps:
-        fwd_bwd(True), fwd_bwd(False)  # warm both paths
-        synced, local = [], []
-        for _ in range(args.comm_steps):  # interleaved: noise hits both alike
-            synced.append(_median_time(lambda: fwd_bwd(True), device, 1))
-            local.append(_median_time(lambda: fwd_bwd(False), device, 1))
-        result.update(synced_s=statistics.median(synced), no_sync_s=statistics.median(local))
+    if args.comm_steps:  # on one more batch, after training
+        comm = time_comm(model, X, Y, args.comm_steps, loss=lm_loss)
+        result.update(synced_s=comm["sync_s"][0], no_sync_s=comm["no_sync_s"][0])
         result["comm_s"] = result["synced_s"] - result["no_sync_s"]
+        if world > 1:  # the ring's bus bandwidth at the gradients' size: beta of the model
+            seconds = comm["allreduce_s"]
+            result.update(allreduce_s=seconds,
+                          bus_bandwidth=bus_bandwidth(grad_bytes, seconds, world)[1])
+
+    def fwd_bwd(X: torch.Tensor, Y: torch.Tensor) -> None:
+        model.zero_grad(set_to_none=True)
+        lm_loss(model, X, Y).backward()
 
     def train_step() -> None:
-        fwd_bwd(True)
+        fwd_bwd(X, Y)
         opt.step()
     # Every process takes this step (its allreduce needs them all); each measures its own peak,
     # above what it held before (the model and Adam's state), as dx.peak_memory does.
@@ -157,11 +139,13 @@ def train(args: argparse.Namespace) -> dict:
         Xs, Ys = batch(args.steps + 1, slice(0, max(1, args.batch_size // args.share)))
 
         def local_step() -> None:
-            fwd_bwd(False, Xs, Ys)
+            with model.no_sync():  # backward keeps its gradients local: no allreduce
+                fwd_bwd(Xs, Ys)
             opt.step()
-        local_step()  # warm: new shapes
+        # The first call (new shapes) warms up; the median is of the calls after it.
         result["share"] = args.share
-        result["share_s"] = _median_time(local_step, device, max(3, args.comm_steps))
+        result["share_s"] = Benchmark.measure(local_step, repeats=max(3, args.comm_steps),
+                                              devices=[device]).median
     return result
 
 

@@ -362,14 +362,21 @@ def step_timeline(step: Callable[[], object], device: torch.device) -> list[dict
             for ev, kind in zip(events, kinds)]
 
 
+def _cross_entropy(model: nn.Module, X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(model(X), y)
+
+
 def time_comm(model: DistributedDataParallel, X: torch.Tensor, y: torch.Tensor,
-              steps: int, batches: Sequence[int] = ()) -> dict:
+              steps: int, batches: Sequence[int] = (),
+              loss: Callable[[nn.Module, torch.Tensor, torch.Tensor],
+                             torch.Tensor] = _cross_entropy) -> dict:
     """Median seconds of a forward-backward pass with gradient sync and inside no_sync().
 
     For each batch size (default: len(X)), `steps` passes each way on the first examples of
     (X, y), interleaved after one warm-up of each, so that noise hits both alike; the
     difference is what the gradient allreduce adds to a step. Also times `steps` allreduces of
     a buffer as large as all the gradients, alone. Every process must call it alike.
+    `loss(model, X, y)` is the loss of a pass (default: cross-entropy of model(X) against y).
     """
     steps = whole_number(steps, "steps")
     batches = [whole_number(b, "each batch size") for b in batches] or [len(X)]
@@ -385,7 +392,7 @@ def time_comm(model: DistributedDataParallel, X: torch.Tensor, y: torch.Tensor,
 
     def step(b: int) -> None:
         model.zero_grad(set_to_none=True)
-        F.cross_entropy(model(X[:b]), y[:b]).backward()  # DDP allreduces in here
+        loss(model, X[:b], y[:b]).backward()  # DDP allreduces in here
 
     def unsynced(b: int) -> None:
         with model.no_sync():  # the same pass, its gradients kept local

@@ -412,6 +412,31 @@ def test_time_comm_times_every_batch_in_one_process(monkeypatch, capsys):
     assert comm["grad_bytes"] == 4 * sum(p.numel() for p in dx.resnet18(10, 1, 4).parameters())
 
 
+def test_time_comm_takes_each_pass_with_the_given_loss(monkeypatch, capsys):
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel
+    for name, value in dict(D2L_BACKEND="gloo", RANK="0", WORLD_SIZE="1", LOCAL_RANK="0",
+                            LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                            MASTER_PORT=str(dx.free_port())).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("D2L_RESULT_FILE", raising=False)
+    rows = []
+
+    def squared(model, X, y):  # a loss that is not cross-entropy, and says what it saw
+        rows.append(len(X))
+        return (model(X).squeeze(1) - y).pow(2).mean()
+
+    def work():
+        dx.init_worker(30)
+        model = DistributedDataParallel(nn.Linear(3, 1))
+        return ddp.time_comm(model, torch.randn(6, 3), torch.randn(6), 2, [6, 4], loss=squared)
+    dx.run_worker(work)
+    comm = json.loads(capsys.readouterr().out)
+    # Per batch: a warm-up each way, then 2 synced and 2 no_sync passes, all with this loss.
+    assert rows == [6] * 6 + [4] * 6
+    assert comm["batches"] == [6, 4] and comm["grad_bytes"] == 4 * 4
+
+
 def test_no_comm_timing_unless_asked(monkeypatch, capsys):
     train_alone(monkeypatch, ["--max-steps", "1"])
     assert '"comm": null' in capsys.readouterr().out
