@@ -102,15 +102,21 @@ class LaunchResult:
 def torchrun_command(module: str, nproc: int, args: Sequence[str] = (), nnodes: int = 1,
                      node_rank: int = 0, master_addr: str = "127.0.0.1",
                      master_port: int | None = None) -> list[str]:
-    """Return the torchrun command line (as a list) that starts `module` in nproc processes."""
+    """Return the torchrun command line (as a list) that starts `module` in nproc processes.
+
+    No master_port: a free one is chosen now. 0: none is given, for `python -m
+    d2l_extras.distributed`, whose store binds a free port itself and holds it.
+    """
     nproc = whole_number(nproc, "nproc")
     if nnodes < 1 or not 0 <= node_rank < nnodes:
         raise ValueError(f"need nnodes >= 1 and 0 <= node_rank < nnodes, "
                          f"got nnodes={nnodes}, node_rank={node_rank}")
-    port = master_port or free_port(master_addr if nnodes == 1 else "0.0.0.0")
+    if master_port is None:
+        master_port = free_port(master_addr if nnodes == 1 else "0.0.0.0")
+    port = [f"--master-port={master_port}"] if master_port else []
     return [sys.executable, "-m", "torch.distributed.run",
             f"--nnodes={nnodes}", f"--node-rank={node_rank}", f"--nproc-per-node={nproc}",
-            f"--master-addr={master_addr}", f"--master-port={port}", "--max-restarts=0",
+            f"--master-addr={master_addr}", *port, "--max-restarts=0",
             "-m", module, *map(str, args)]
 
 
@@ -233,14 +239,12 @@ def launch(module: str, nproc: int, args: Sequence[str] = (), timeout: float = 3
            master_addr: str = "127.0.0.1", master_port: int | None = None,
            env: dict[str, str] | None = None, grace: float = STOP_GRACE_S) -> LaunchResult:
     """Run `module` under torchrun in nproc processes; stream output, end it all on any exit."""
-    cmd = torchrun_command(module, nproc, args, nnodes, node_rank, master_addr, master_port)
     local = nnodes == 1 and is_loopback(master_addr)
+    if local and master_port is None:
+        master_port = 0  # main below binds a free port itself, and holds it
+    cmd = torchrun_command(module, nproc, args, nnodes, node_rank, master_addr, master_port)
     if local:  # the same torchrun, with its store and sockets on loopback (see main below)
         cmd = [sys.executable, "-m", __name__, *cmd[3:]]
-        if master_port is None:  # main binds a free port itself, and keeps it
-            end = cmd.index("-m", 3)  # torchrun's own options end at the module
-            cmd = [a for i, a in enumerate(cmd)
-                   if i >= end or not a.startswith("--master-port=")]
     with tempfile.TemporaryDirectory(prefix="d2l-launch-") as tmp:
         result_file = os.path.join(tmp, "result.json")
         run_env = {**os.environ, **(env or {}), RESULT_ENV: result_file, "PYTHONUNBUFFERED": "1"}

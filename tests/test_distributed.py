@@ -215,6 +215,11 @@ def test_torchrun_command():
     assert cmd[:3] == [sys.executable, "-m", "torch.distributed.run"]
     assert "--nproc-per-node=2" in cmd and "--master-addr=127.0.0.1" in cmd
     assert "--master-port=1234" in cmd and cmd[-4:] == ["-m", "pkg.mod", "--epochs", "3"]
+    # None: a free port now; 0: none given, the launched d2l_extras.distributed binds one.
+    picked = dx.torchrun_command("pkg.mod", 2)
+    assert sum(a.startswith("--master-port=") for a in picked) == 1
+    unset = dx.torchrun_command("pkg.mod", 2, master_port=0)
+    assert not any(a.startswith("--master-port") for a in unset)
 
 
 @pytest.mark.parametrize("kwargs", [dict(nproc=0), dict(nproc=1.5), dict(nproc=True),
