@@ -92,6 +92,14 @@ bench: $(call ready,test)
 report: $(call ready,report)
 	$(PY) -m tools.report --out $(REPORT_DIR)
 
+# Run every notebook RUNS times in the profile (D2L_PROFILE, default class) and list each printed
+# reading whose words (numbers masked) changed between runs, and each notebook's run times;
+# exits non-zero if one changed. Not part of `make test`: three class runs take half an hour.
+RUNS ?= 3
+.PHONY: readings
+readings: $(call ready,report)
+	$(PY) -m tools.readings --runs $(RUNS) --profile $(or $(D2L_PROFILE),class)
+
 # The notebooks as reveal.js decks (build/slides/) and as static pages with their outputs
 # (build/html/), each with an index.html and local copies of reveal.js and MathJax (they work
 # offline). Built from the copies `make report` executed, which it reruns when a notebook is newer.

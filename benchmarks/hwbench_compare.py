@@ -187,7 +187,7 @@ def comparisons(rounds):
         for _ in range(2000):
             x.add_(1.0)
 
-    ours, theirs = interleaved(lambda: hb.launch_overhead("cpu", n=2000) * 1e6,
+    ours, theirs = interleaved(lambda: hb.launch_overhead("cpu", n=2000).value * 1e6,
                                lambda: best_time(many) / 2000 * 1e6, rounds)
     yield "CPU dispatch per tiny op", ours, theirs, "us", "2000 ops timed by hand"
 
@@ -216,8 +216,8 @@ def comparisons(rounds):
                     with dx.allow_tf32(False):  # float32 in float32: the data sheet's FP32
                         tflops = hb.matmul_rate(8192, dtype, dev).giga / 1e3
                     yield f"{name}: matmul 8192 {dtype}", tflops, top, "TFLOP/s", peak.source
-        queued = hb.launch_overhead(dev) * 1e6
-        waited = hb.launch_overhead(dev, wait_each=True) * 1e6
+        queued = hb.launch_overhead(dev).value * 1e6
+        waited = hb.launch_overhead(dev, wait_each=True).value * 1e6
         yield "GPU launch: queued vs waited", queued, waited, "us", "synchronize after each"
 
 

@@ -21,11 +21,14 @@ _EXPORTS = {
                  "fit_to_memory", "free_memory", "hardware_report", "hardware_rows",
                  "package_source", "platform_name", "positive_number", "square_side",
                  "whole_number"],
-    "timing": ["Benchmark", "Measurement", "TickClock", "format_seconds", "synchronize"],
+    # measurements with their noise: one way to time, one comparison, predictions in a band
+    "timing": ["Benchmark", "Measurement", "TickClock", "format_seconds", "max_time", "measure",
+               "measure_interleaved", "synchronize"],
+    "bands": ["Band", "Comparison", "NOISE_FLOOR", "Prediction", "check_prediction", "compare"],
     "plotting": ["MIN_POINTS", "SLIDE_STYLE", "bar_chart", "log_axis", "plot_memory_timeline",
                  "plot_roofline", "plot_timeline", "seconds_axis", "use_slide_style"],
-    "compiler": ["compile_support", "gpu_compile_rule", "last_level_cache", "maybe_compile",
-                 "memory_regime", "speed_verdict"],
+    "compiler": ["compile_support", "fresh_compile_cache", "gpu_compile_rule",
+                 "last_level_cache", "maybe_compile", "memory_regime"],
     "distributed": ["LaunchResult", "WorkerError", "finish_worker", "free_port", "init_worker",
                     "launch", "run_worker", "save_result", "torchrun_command", "wait_for",
                     "worker_device", "worker_exit_codes"],
@@ -39,8 +42,7 @@ _EXPORTS = {
                 "dtype_supported", "gather_time", "host_device_bandwidth", "launch_overhead",
                 "loop_vs_vectorized", "loopback_network", "machine_load", "matmul_rate",
                 "matmul_sweep", "p2p_access", "peer_bandwidth", "published_peak",
-                "roof_violations", "roofline", "storage_reads", "tensor_core_dtypes",
-                "time_per_call"],
+                "roof_violations", "roofline", "storage_reads", "tensor_core_dtypes"],
     # the performance model (notebook 00): t = max(overhead, bytes / bandwidth, flops / peak)
     "perfmodel": ["PerformanceModel", "REGIMES"],
     # memory and precision: where training's memory goes, counted and followed over a step

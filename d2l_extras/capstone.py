@@ -15,19 +15,19 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from .bands import Band
 from .ddp import time_comm
 from .distributed import init_worker, run_worker
 from .memory import peak_memory
 from .parallel import per_process_batch
 from .ring import bus_bandwidth
-from .timing import Benchmark
+from .timing import Benchmark, measure_interleaved
 from .transformer import TinyGPT, lm_loss, load_text
 
 
@@ -109,20 +109,21 @@ def train(args: argparse.Namespace) -> dict:
         dist.all_reduce(mean)  # equal slices: the global loss is the mean of the slices'
         losses.append(mean.item() / world)
     warm = times[1:] or times  # the first step allocates and warms up
-    step_s = statistics.median(warm)
+    step_s = Band.of(warm).value
     result = {"processes": world, "pids": len(set(pids)), "backend": dist.get_backend(),
               "device": device.type, "threads": torch.get_num_threads(),
               "batch_size": args.batch_size, "seq_len": args.seq_len, "losses": losses,
-              "step_s": step_s, "tokens_per_s": args.batch_size * args.seq_len / step_s,
+              "step_s": step_s, "step_runs": warm, "tokens_per_s": args.batch_size * args.seq_len / step_s,
               "grad_bytes": grad_bytes, "parameters": sum(p.numel() for p in net.parameters())}
     X, Y = batch(args.steps)
     if args.comm_steps:  # on one more batch, after training
         comm = time_comm(model, X, Y, args.comm_steps, loss=lm_loss)
-        result.update(synced_s=comm["sync_s"][0], no_sync_s=comm["no_sync_s"][0])
+        result.update(synced_s=comm["sync_s"][0], no_sync_s=comm["no_sync_s"][0],
+                      synced_runs=comm["sync_runs"][0], no_sync_runs=comm["no_sync_runs"][0])
         result["comm_s"] = result["synced_s"] - result["no_sync_s"]
         if world > 1:  # the ring's bus bandwidth at the gradients' size: beta of the model
             seconds = comm["allreduce_s"]
-            result.update(allreduce_s=seconds,
+            result.update(allreduce_s=seconds, allreduce_runs=comm["allreduce_runs"],
                           bus_bandwidth=bus_bandwidth(grad_bytes, seconds, world)[1])
 
     def fwd_bwd(X: torch.Tensor, Y: torch.Tensor) -> None:
@@ -142,10 +143,10 @@ def train(args: argparse.Namespace) -> dict:
             with model.no_sync():  # backward keeps its gradients local: no allreduce
                 fwd_bwd(Xs, Ys)
             opt.step()
-        # The first call (new shapes) warms up; the median is of the calls after it.
-        result["share"] = args.share
-        result["share_s"] = Benchmark.measure(local_step, repeats=max(3, args.comm_steps),
-                                              devices=[device]).median
+        # The first call (new shapes) is timed apart; a fixed number of runs after it.
+        m = measure_interleaved({"share": local_step}, devices=[device],
+                                runs=max(4, args.comm_steps))["share"]
+        result.update(share=args.share, share_s=m.median, share_runs=m.warm)
     return result
 
 

@@ -1,14 +1,14 @@
-"""torch.compile here: whether it can build code, a fallback to eager, and reading its timings."""
+"""torch.compile here: whether it can build code, a fallback to eager, a cold compile cache."""
 from __future__ import annotations
 
 import contextlib
 import functools
 import importlib
 import importlib.util
-import io
-import logging
+import os
 import sys
-from typing import Callable, TypeVar
+import tempfile
+from typing import Callable, Iterator, TypeVar
 
 import torch
 
@@ -16,46 +16,8 @@ from .hwbench import TENSOR_CORE_DTYPES
 
 F = TypeVar("F", bound=Callable)
 
-# --- a false alarm, silenced at its source
-
-# The CUDA build of torch, on a machine without a GPU but with a CUDA toolkit installed (nvcc on
-# the PATH), logs "No CUDA runtime is found, using CUDA_HOME=..." when Inductor first imports
-# torch.utils.cpp_extension to build CPU code. Nothing is wrong: CPU code needs no CUDA runtime,
-# and hardware_report() already says that no GPU is visible. Students read it as an error, so we
-# drop exactly this record, and only while CUDA is unavailable; every other message of that
-# logger (compiler errors included) still appears.
-_FALSE_ALARM = "No CUDA runtime is found"
-
-
-class _NoFalseCudaAlarm(logging.Filter):
-    """Drop the CPU-only 'No CUDA runtime is found' notice of torch.utils.cpp_extension."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not (str(record.msg).startswith(_FALSE_ALARM) and not torch.cuda.is_available())
-
-
-def _install_filter() -> None:
-    log = logging.getLogger("torch.utils.cpp_extension")
-    if not any(isinstance(f, _NoFalseCudaAlarm) for f in log.filters):
-        log.addFilter(_NoFalseCudaAlarm())
-
-
-def _quiet_import(name: str) -> None:
-    """Import module `name`, keeping from stderr only the lines that are not the false alarm."""
-    with contextlib.redirect_stderr(io.StringIO()) as caught:
-        importlib.import_module(name)
-    sys.stderr.write("".join(line for line in caught.getvalue().splitlines(keepends=True)
-                             if not line.startswith(_FALSE_ALARM)))
-
-
-# Installed on import: the notice is logged once, at the first compile, which in the notebooks
-# comes after dx.compile_support() or dx.maybe_compile() has imported this module. Older releases
-# (2.6, 2.7) print it instead, when that module is imported: import it here, quietly (0.2 s,
-# which newer releases do not pay).
-_install_filter()
-if torch.__version__ < "2.8" and "torch.utils.cpp_extension" not in sys.modules \
-        and not torch.cuda.is_available():
-    _quiet_import("torch.utils.cpp_extension")
+# The false alarm 'No CUDA runtime is found' is silenced in timing.py, which this module
+# imports (through hwbench) and which is the first to import torch.utils.cpp_extension.
 
 
 # --- can torch.compile build code here?
@@ -176,20 +138,38 @@ def maybe_compile(fn: F, device: torch.device | str | None = None,
 
 # --- reading the measurements
 
-def speed_verdict(baseline_s: float, other_s: float, tolerance: float = 0.05) -> str:
-    """'faster', 'slower' or 'as fast': other_s against baseline_s, ties within `tolerance`."""
-    from .hardware import positive_number
+def _clear_inductor_memory() -> None:
+    # Inductor keeps compiled code in memory too; the function that forgets it was renamed.
+    from torch._inductor import utils
+    clear = getattr(utils, "clear_caches", None) or getattr(utils, "clear_inductor_caches", None)
+    if clear is not None:
+        clear()
 
-    for name, value in (("baseline_s", baseline_s), ("other_s", other_s)):
-        positive_number(value, f"speed_verdict(): {name} (a measured time in seconds)")
-    if not 0 <= tolerance < 1:
-        raise ValueError(f"speed_verdict(): tolerance is a fraction in [0, 1), got {tolerance!r}")
-    ratio = baseline_s / other_s  # > 1: other is faster
-    if ratio > 1 + tolerance:
-        return "faster"
-    if ratio < 1 / (1 + tolerance):
-        return "slower"
-    return "as fast"
+
+@contextlib.contextmanager
+def fresh_compile_cache() -> Iterator[str]:
+    """Compile into a new, empty cache folder (removed afterwards): the first compile is cold.
+
+    Inductor keeps what it compiled in a folder of the temporary directory, so a rerun of a
+    notebook compiles from that cache and its "first call" takes a fraction of a cold one.
+    Inside this block the cache starts empty: the first compilation is cold, later ones find
+    the cache that it filled. Yields the folder.
+    """
+    keys = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+    before = {key: os.environ.get(key) for key in keys}
+    with tempfile.TemporaryDirectory(prefix="d2l-inductor-") as folder:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = folder
+        os.environ["TRITON_CACHE_DIR"] = os.path.join(folder, "triton")
+        _clear_inductor_memory()
+        try:
+            yield folder
+        finally:
+            for key, value in before.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+            _clear_inductor_memory()
 
 
 def last_level_cache(device: torch.device | str = "cpu") -> tuple[str, int] | None:

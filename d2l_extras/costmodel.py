@@ -97,8 +97,10 @@ def speedup(k: int, compute_1: float, grad_bytes: float, bandwidth: float,
     """Predicted samples/s of k devices over one device, from `step_time`.
 
     Strong scaling keeps the global batch B: each device computes B/k, `compute_k` seconds
-    (default compute_1 / k, work proportional to the batch). Weak scaling keeps B per device:
-    k devices process k B per step, each in `compute_k` (default compute_1).
+    (default compute_1 / k, work proportional to the batch), and never less than that: a slice
+    timed below its share of the work would predict more than k times the speed, a cache effect
+    that a measurement must show before a model assumes it. Weak scaling keeps B per device:
+    k devices process k B per step, each in `compute_k` (default compute_1, and at least that).
     """
     if scaling not in SCALINGS:
         raise ValueError(f"scaling must be one of {', '.join(SCALINGS)}, got {scaling!r}")
@@ -108,6 +110,9 @@ def speedup(k: int, compute_1: float, grad_bytes: float, bandwidth: float,
         raise ValueError("compute_1 must be > 0: one device's step takes some time")
     if compute_k is None:
         compute_k = compute_1 / k if scaling == "strong" else compute_1
+    # The work per device never takes less than its share: no speed-up above k, unexplained.
+    share = compute_1 / k if scaling == "strong" else compute_1
+    compute_k = max(positive_number(compute_k, "compute_k (seconds)", zero=True), share)
     tk = step_time(k, compute_k, grad_bytes, bandwidth)
     return (1 if scaling == "strong" else k) * t1 / tk
 

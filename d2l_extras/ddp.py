@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 from dataclasses import asdict, dataclass, field
 from math import inf
 from typing import Callable, Sequence
@@ -42,7 +40,8 @@ from .profiles import by_profile
 from .profiling import TimelineEvent, launch_stacks, profile_trace, trace_events
 from .report import notice
 from .sizes import problem_size
-from .timing import Benchmark
+from .bands import Band
+from .timing import Benchmark, measure_interleaved
 
 
 class _AllReduceSum(torch.autograd.Function):
@@ -370,25 +369,21 @@ def time_comm(model: DistributedDataParallel, X: torch.Tensor, y: torch.Tensor,
               steps: int, batches: Sequence[int] = (),
               loss: Callable[[nn.Module, torch.Tensor, torch.Tensor],
                              torch.Tensor] = _cross_entropy) -> dict:
-    """Median seconds of a forward-backward pass with gradient sync and inside no_sync().
+    """Seconds of a forward-backward pass with gradient sync and inside no_sync().
 
     For each batch size (default: len(X)), `steps` passes each way on the first examples of
     (X, y), interleaved after one warm-up of each, so that noise hits both alike; the
     difference is what the gradient allreduce adds to a step. Also times `steps` allreduces of
-    a buffer as large as all the gradients, alone. Every process must call it alike.
-    `loss(model, X, y)` is the loss of a pass (default: cross-entropy of model(X) against y).
+    a buffer as large as all the gradients, alone. Every process must call it alike: each timed
+    pass starts at a barrier. For each, "<name>_s" holds medians and "<name>_runs" every run
+    (a median and its band: `dx.Band.of(runs)`). `loss(model, X, y)` is the loss of a pass
+    (default: cross-entropy of model(X) against y).
     """
     steps = whole_number(steps, "steps")
     batches = [whole_number(b, "each batch size") for b in batches] or [len(X)]
     if max(batches) > len(X):
         raise ValueError(f"batch {max(batches)} is larger than the {len(X)} examples given")
     device = next(model.parameters()).device
-
-    def timed(fn: Callable[[], object]) -> float:
-        dist.barrier()  # start together, or a step waits for the other's late arrival
-        with Benchmark(devices=[device], verbose=False) as clock:
-            fn()
-        return clock.elapsed
 
     def step(b: int) -> None:
         model.zero_grad(set_to_none=True)
@@ -400,20 +395,19 @@ def time_comm(model: DistributedDataParallel, X: torch.Tensor, y: torch.Tensor,
 
     grads = [p for p in model.parameters() if p.requires_grad]
     flat = torch.zeros(sum(p.numel() for p in grads), device=device)
-    out = {"steps": steps, "batches": batches, "sync_s": [], "no_sync_s": [],
-           "grad_bytes": sum(p.numel() * p.element_size() for p in grads)}
+    out = {"steps": steps, "batches": batches, "sync_s": [], "no_sync_s": [], "sync_runs": [],
+           "no_sync_runs": [], "grad_bytes": sum(p.numel() * p.element_size() for p in grads)}
+    # A barrier before each timed pass: start together, or a step waits for a late neighbour.
+    # A fixed number of runs: every process must take the same collectives.
     for b in batches:
-        timed(lambda: step(b))  # warm-up, each way
-        timed(lambda: unsynced(b))
-        sync, local = [], []
-        for _ in range(steps):
-            sync.append(timed(lambda: step(b)))
-            local.append(timed(lambda: unsynced(b)))
-        out["sync_s"].append(statistics.median(sync))
-        out["no_sync_s"].append(statistics.median(local))
-    timed(lambda: dist.all_reduce(flat))
-    out["allreduce_s"] = statistics.median(timed(lambda: dist.all_reduce(flat))
-                                           for _ in range(steps))
+        timed = measure_interleaved({"sync": lambda: step(b), "no_sync": lambda: unsynced(b)},
+                                    devices=[device], runs=steps, before=dist.barrier)
+        for key, m in timed.items():
+            out[f"{key}_s"].append(m.median)
+            out[f"{key}_runs"].append(m.warm)
+    ar = measure_interleaved({"allreduce": lambda: dist.all_reduce(flat)}, devices=[device],
+                             runs=steps, before=dist.barrier)["allreduce"]
+    out["allreduce_s"], out["allreduce_runs"] = ar.median, ar.warm
     model.zero_grad(set_to_none=True)
     return out
 
@@ -476,7 +470,7 @@ def train(args: argparse.Namespace) -> dict:
               + (", sync BN" if args.sync_bn else ""), flush=True)
     history: dict[str, list[float]] = {"epoch_seconds": [], "epoch_samples_per_s": [],
                                        "epoch_samples": [], "train_loss": [], "test_acc": []}
-    steps, start = 0, time.perf_counter()
+    steps = 0
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)
         loss_sum = torch.zeros((), dtype=torch.float64, device=device)
@@ -546,8 +540,8 @@ def train(args: argparse.Namespace) -> dict:
             "data": data.name, "n_train": len(data.train), "batch_size": args.batch_size,
             "lr": args.lr, "momentum": args.momentum, "width": args.width,
             "threads": torch.get_num_threads(), "sync_bn": args.sync_bn, "steps": steps,
-            "samples_per_s": statistics.median(warm), "accuracy": history["test_acc"][-1],
-            "train_seconds": time.perf_counter() - start, "param_l2": param_l2, **history}
+            "samples_per_s": Band.of(warm).value, "samples_per_s_runs": warm, "accuracy": history["test_acc"][-1],
+            "train_seconds": sum(history["epoch_seconds"]), "param_l2": param_l2, **history}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,9 +1,10 @@
 """Measure this machine: memory, caches, vector units, matmul, storage, GPU links (bounded).
 
-Each measurement is a few lines around `time_per_call`, which keeps the calibration (how many
-calls make one timed stretch) and the time budget. Every function takes `clock=`: tests and
-notebooks pass a `TickClock` to check what is counted (bytes, FLOPs, elements) exactly, with no
-dependence on how fast or how busy the machine is.
+Each measurement is a few lines around `timing.measure` (the first call apart, then warm runs
+until their spread is small or the profile's time cap is spent), and keeps the Measurement, so
+that every rate comes with its band. Every function takes `clock=`: tests pass a `TickClock` to
+check what is counted (bytes, FLOPs, elements) exactly, with no dependence on how fast or how
+busy the machine is.
 """
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ import random
 import re
 import shutil
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -27,7 +27,8 @@ import torch
 from .hardware import default_device, fit_to_memory, whole_number
 from .profiles import by_profile
 from .sizes import problem_size
-from .timing import Benchmark, Clock, Measurement, TickClock, synchronize
+from .bands import Band
+from .timing import Clock, Measurement, TickClock, measure, measure_interleaved, synchronize
 
 KiB, MiB, GiB = 1024, 1024 ** 2, 1024 ** 3
 GB = 1e9  # rates are decimal (GB/s, GFLOP/s) as vendors print them; sizes are binary (KiB, MiB)
@@ -60,55 +61,7 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-# --- timing: calibrate how many calls make one timed repeat, then take the median
-
-def time_per_call(fn: Callable[[], object], devices: Iterable[torch.device | str] = (),
-                  repeats: int = 5, min_time: float = 0.005, budget: float = 2.0, *,
-                  clock: Clock = time.perf_counter, name: str = "") -> Measurement:
-    """Seconds per call of fn: the first call apart, then `repeats` batches lasting >= min_time.
-
-    Stops early once `budget` seconds (of `clock`) have passed, so that a busy machine cannot
-    stretch a notebook. The devices are synchronized before every clock read.
-    """
-    if not callable(fn):
-        raise TypeError(f"time_per_call() needs a function to call, got {type(fn).__name__}")
-    repeats = whole_number(repeats, "repeats")
-    if not min_time >= 0 or not budget > 0:
-        raise ValueError(f"time_per_call() needs min_time >= 0 and budget > 0 seconds, "
-                         f"got min_time={min_time}, budget={budget}")
-    devices = list(devices)
-    cold = _timed(fn, 1, devices, clock)   # warm-up: allocation, caches, lazy initialization
-    number = _batch_size(_timed(fn, 1, devices, clock), min_time)
-    deadline, warm = clock() + budget, []
-    for _ in range(repeats):
-        warm.append(_timed(fn, number, devices, clock))
-        if clock() > deadline:
-            break
-    return Measurement(name or getattr(fn, "__name__", "fn"), cold, warm)
-
-
-def _timed(fn: Callable[[], object], number: int, devices: Iterable[torch.device | str],
-           clock: Clock) -> float:
-    """Seconds per call over one batch of `number` calls, the devices synchronized around it."""
-    # CPU operators finish before returning; accelerators queue work and must be waited for.
-    devices = [d for d in (torch.device(d) for d in devices) if d.type != "cpu"]
-    # Benchmark synchronizes them before both clock reads: queued work is billed to no one else.
-    with Benchmark(devices=devices, verbose=False, clock=clock) as run:
-        for _ in range(number):
-            fn()
-    return run.elapsed / number
-
-
-def _batch_size(seconds_per_call: float, min_time: float = 0.005) -> int:
-    # Tiny operations are timed in batches: one clock read costs about as much as they do.
-    return max(1, min(100_000, math.ceil(min_time / max(seconds_per_call, 1e-7))))
-
-
-def _calls_per_batch(fn: Callable[[], object], device: torch.device, clock: Clock) -> int:
-    """Warm fn up, then return how many calls make a batch long enough to time."""
-    _timed(fn, 1, [device], clock)
-    return _batch_size(_timed(fn, 1, [device], clock))
-
+# --- timing: every measurement below is one call of timing.measure (or measure_interleaved)
 
 def machine_load() -> float | None:
     """Runnable processes per core over the last minute (>= 1: timings share the cores), or None."""
@@ -119,17 +72,27 @@ def machine_load() -> float | None:
 
 @dataclass
 class Rate:
-    """Work done per call (bytes moved or floating point operations) and the median seconds."""
+    """Work done per call (bytes moved or floating point operations) and the measured calls."""
 
     name: str
     amount: float      # bytes or FLOPs per call
-    seconds: float     # median seconds per call
+    time: Measurement  # seconds per call: median and spread
     unit: str = "B"    # "B" for bytes, "FLOP" for floating point operations
     extra: dict = field(default_factory=dict)
 
     @property
+    def seconds(self) -> float:
+        """Median seconds per call."""
+        return self.time.median
+
+    @property
+    def band(self) -> Band:
+        """Units per second: the median rate and the band the runs spread over."""
+        return self.amount / self.time.band
+
+    @property
     def per_second(self) -> float:
-        """Rate in units per second."""
+        """Rate in units per second (of the median call)."""
         return self.amount / self.seconds
 
     @property
@@ -138,13 +101,13 @@ class Rate:
         return self.per_second / GB
 
     def __str__(self) -> str:
-        return f"{self.name}: {self.giga:.3g} G{self.unit}/s"
+        return f"{self.name}: {self.giga:.3g} G{self.unit}/s ±{self.time.spread:.0%}"
 
 
 # --- memory
 
-def copy_bandwidth(n_bytes: int | None = None, device: torch.device | str | None = "cpu",
-                   repeats: int = 5, *, clock: Clock = time.perf_counter) -> Rate:
+def copy_bandwidth(n_bytes: int | None = None, device: torch.device | str | None = "cpu", *,
+                   clock: Clock = time.perf_counter) -> Rate:
     """Copy one buffer into another; bytes read plus bytes written per second (STREAM 'copy')."""
     device = _as_device(device)
     if n_bytes is None:  # beyond most CPUs' last-level cache, so this is RAM (or GPU memory)
@@ -152,9 +115,8 @@ def copy_bandwidth(n_bytes: int | None = None, device: torch.device | str | None
     n = fit_to_memory(whole_number(n_bytes, "n_bytes") // 4 or 1, 8, device, fraction=0.25)
     src = torch.ones(n, dtype=torch.float32, device=device)
     dst = torch.empty_like(src)
-    m = time_per_call(lambda: dst.copy_(src), [device], repeats, clock=clock, name="copy")
-    return Rate(f"copy on {device}", 2 * src.nbytes, m.median, "B",
-                {"n_bytes": src.nbytes, "cold": m.cold, "best": min(m.warm)})
+    m = measure(lambda: dst.copy_(src), "copy", devices=[device], clock=clock)
+    return Rate(f"copy on {device}", 2 * src.nbytes, m, "B", {"n_bytes": src.nbytes})
 
 
 @dataclass
@@ -163,19 +125,27 @@ class Gather:
 
     n: int
     source_bytes: int
-    random_s: float
-    contiguous_s: float
-    random_best_s: float | None = None       # fastest repeat: what load disturbed least
-    contiguous_best_s: float | None = None
+    random: Band        # seconds per element: median and interquartile range
+    contiguous: Band
 
     @property
-    def ratio(self) -> float:
+    def random_s(self) -> float:
+        """Median seconds per element, random indices."""
+        return self.random.value
+
+    @property
+    def contiguous_s(self) -> float:
+        """Median seconds per element, consecutive indices."""
+        return self.contiguous.value
+
+    @property
+    def ratio(self) -> Band:
         """How many times slower a random read is than a burst read."""
-        return self.random_s / self.contiguous_s
+        return self.random / self.contiguous
 
 
 def gather_time(n: int | None = None, source_bytes: int | None = None,
-                device: torch.device | str | None = "cpu", repeats: int = 5, *,
+                device: torch.device | str | None = "cpu", *,
                 clock: Clock = time.perf_counter) -> Gather:
     """Gather n float32 values from a large source: random indices vs consecutive ones."""
     device = _as_device(device)
@@ -189,12 +159,11 @@ def gather_time(n: int | None = None, source_bytes: int | None = None,
     gen = torch.Generator().manual_seed(0)
     scattered = torch.randint(0, size, (n,), generator=gen).to(device)
     consecutive = (torch.arange(n) % size).to(device)
-    rand = time_per_call(lambda: torch.index_select(source, 0, scattered, out=out), [device],
-                         repeats, clock=clock, name="random")
-    cont = time_per_call(lambda: torch.index_select(source, 0, consecutive, out=out), [device],
-                         repeats, clock=clock, name="contiguous")
-    return Gather(n, source.nbytes, rand.median / n, cont.median / n, min(rand.warm) / n,
-                  min(cont.warm) / n)
+    rand = measure(lambda: torch.index_select(source, 0, scattered, out=out), "random",
+                   devices=[device], clock=clock)
+    cont = measure(lambda: torch.index_select(source, 0, consecutive, out=out), "contiguous",
+                   devices=[device], clock=clock)
+    return Gather(n, source.nbytes, rand.band / n, cont.band / n)
 
 
 @dataclass
@@ -222,7 +191,7 @@ def default_sweep_sizes(largest: int | None = None) -> list[int]:
 
 
 def cache_sweep(sizes: Sequence[int] | None = None, lookups: int | None = None,
-                device: torch.device | str | None = "cpu", repeats: int = 5, *,
+                device: torch.device | str | None = "cpu", *,
                 clock: Clock = time.perf_counter) -> CacheSweep:
     """Time random reads inside working sets of growing size: steps appear at each cache size."""
     device = _as_device(device)
@@ -243,9 +212,8 @@ def cache_sweep(sizes: Sequence[int] | None = None, lookups: int | None = None,
         source = torch.rand(n, device=device)
         # int32 indices: fewer bytes streaming past the cache we are trying to observe
         idx = torch.randint(0, n, (lookups,), generator=gen, dtype=torch.int32).to(device)
-        # longer batches than elsewhere: the steps are small, so noise must be smaller still
-        m = time_per_call(lambda: torch.index_select(source, 0, idx, out=out), [device],
-                          repeats, min_time=0.02, clock=clock, name=f"{s}")
+        m = measure(lambda: torch.index_select(source, 0, idx, out=out), f"{s}",
+                    devices=[device], clock=clock)
         result.append(m.median / lookups)
         del source, idx
     return CacheSweep(actual, result, str(device))
@@ -299,18 +267,26 @@ class LoopVsVector:
     """Seconds per element of y = a*x + y: a Python loop against one vectorized operation."""
 
     n: int
-    loop_s: float
-    vector_s: float
-    loop_best_s: float | None = None         # fastest repeat: what load disturbed least
-    vector_best_s: float | None = None
+    loop: Band          # seconds per element: median and interquartile range
+    vector: Band
 
     @property
-    def speedup(self) -> float:
+    def loop_s(self) -> float:
+        """Median seconds per element of the Python loop."""
+        return self.loop.value
+
+    @property
+    def vector_s(self) -> float:
+        """Median seconds per element of the vectorized operation."""
+        return self.vector.value
+
+    @property
+    def speedup(self) -> Band:
         """How many times faster the vectorized version is."""
-        return self.loop_s / self.vector_s
+        return self.loop / self.vector
 
 
-def loop_vs_vectorized(n: int | None = None, repeats: int = 3, *,
+def loop_vs_vectorized(n: int | None = None, *,
                        clock: Clock = time.perf_counter) -> LoopVsVector:
     """Time a*x + y elementwise in a Python loop and as one torch operation on the CPU."""
     n = whole_number(n if n is not None else by_profile(10 ** 6, 10 ** 6, 10 ** 7), "n")
@@ -324,12 +300,12 @@ def loop_vs_vectorized(n: int | None = None, repeats: int = 3, *,
     def vector():
         return torch.add(y, x, alpha=2.0)
 
-    lm = time_per_call(loop, [], repeats, min_time=0, clock=clock, name="loop")
-    vm = time_per_call(vector, [], repeats, clock=clock, name="vector")
+    lm = measure(loop, "loop", devices=[], clock=clock)
+    vm = measure(vector, "vector", devices=[], clock=clock)
     # Same arithmetic, so the same numbers (torch.testing would import a lot; allclose will do).
     if not torch.allclose(torch.tensor(out, dtype=torch.float32), vector()):
         raise AssertionError("the loop and the vectorized a*x + y disagree")
-    return LoopVsVector(n, lm.median / n, vm.median / n, min(lm.warm) / n, min(vm.warm) / n)
+    return LoopVsVector(n, lm.band / n, vm.band / n)
 
 
 # The dtypes a CUDA GPU multiplies on its Tensor Cores, and the compute capability that brought
@@ -369,7 +345,7 @@ def dtype_supported(dtype: str | torch.dtype, device: torch.device | str | None 
 
 
 def matmul_rate(n: int, dtype: str | torch.dtype = "float32",
-                device: torch.device | str | None = None, repeats: int = 5, *,
+                device: torch.device | str | None = None, *,
                 clock: Clock = time.perf_counter) -> Rate:
     """FLOP/s of an n x n matrix product (2 n^3 operations per call)."""
     n, dtype, device = whole_number(n, "n"), _as_dtype(dtype), _as_device(device)
@@ -383,15 +359,14 @@ def matmul_rate(n: int, dtype: str | torch.dtype = "float32",
     a = torch.rand(n, n, device=device).to(dtype)
     b = torch.rand(n, n, device=device).to(dtype)
     c = torch.empty(n, n, device=device, dtype=dtype)
-    m = time_per_call(lambda: torch.mm(a, b, out=c), [device], repeats, clock=clock,
-                      name=f"{n}")
-    return Rate(f"matmul {n} {_dtype_name(dtype)}", 2 * n ** 3, m.median, "FLOP",
-                {"n": n, "dtype": _dtype_name(dtype), "cold": m.cold, "best": min(m.warm)})
+    m = measure(lambda: torch.mm(a, b, out=c), f"{n}", devices=[device], clock=clock)
+    return Rate(f"matmul {n} {_dtype_name(dtype)}", 2 * n ** 3, m, "FLOP",
+                {"n": n, "dtype": _dtype_name(dtype)})
 
 
 def matmul_sweep(sizes: Sequence[int] | None = None,
                  dtypes: Sequence[str | torch.dtype] = ("float64", "float32", "bfloat16"),
-                 device: torch.device | str | None = None, repeats: int = 3, *,
+                 device: torch.device | str | None = None, *,
                  clock: Clock = time.perf_counter) -> list[Rate]:
     """matmul_rate for every size and every dtype this device runs natively (others are skipped)."""
     device = _as_device(device)
@@ -407,7 +382,7 @@ def matmul_sweep(sizes: Sequence[int] | None = None,
         for n in sizes:
             if fit_to_memory(n * n, 3 * itemsize, device, 0.5) < n * n:
                 break  # larger sizes do not fit either
-            rates.append(matmul_rate(n, dtype, device, repeats, clock=clock))
+            rates.append(matmul_rate(n, dtype, device, clock=clock))
     return rates
 
 
@@ -430,6 +405,7 @@ class Kernel:
     bytes: float
     seconds: float
     size: int = 0      # the n, m or k the counts were made for
+    time: Band | None = None   # seconds per call: median and interquartile range, if measured
 
     @property
     def intensity(self) -> float:
@@ -445,6 +421,11 @@ class Kernel:
     def gbps(self) -> float:
         """Counted bytes moved per second, in GB/s."""
         return self.bytes / self.seconds / GB
+
+    @property
+    def gflops_band(self) -> Band:
+        """GFLOP/s with the band of the measured runs (zero width if none were kept)."""
+        return self.flops / GB / (self.time or Band.exact(self.seconds))
 
 
 def attainable(intensity: float, bandwidth_gbps: float, peak_gflops: float) -> float:
@@ -504,14 +485,14 @@ def roof_violations(kernels: Sequence[Kernel], roof: Roof, tolerance: float = 0.
 
 
 def roofline(n: int | None = None, k: int | None = None,
-             device: torch.device | str | None = "cpu", repeats: int = 5, *,
+             device: torch.device | str | None = "cpu", *,
              clock: Clock = time.perf_counter) -> tuple[Roof, list[Kernel]]:
     """Measure vector add (n), matrix-vector (sqrt n) and matrix-matrix (k) products in float32,
     and the roof they live under, measured with them in the same run: the best repeat of a
     streaming read, a copy and the streaming kernels (GB/s), and of the k x k products (GFLOP/s),
     all timed in turns.
     """
-    device, repeats = _as_device(device), whole_number(repeats, "repeats")
+    device = _as_device(device)
     n = whole_number(n, "n") if n is not None else problem_size("roofline_stream", device)
     # x, y, z and an m x m matrix with m*m <= n: 16 bytes per element of n at most
     n = fit_to_memory(n, 16, device, 0.25)
@@ -534,17 +515,11 @@ def roofline(n: int | None = None, k: int | None = None,
             ("matrix-matrix", lambda: torch.mm(P, Q, out=R), 2 * k ** 3, 3 * 4 * k * k, k)]
     fns = {name: fn for name, (fn, _) in probes.items()}
     fns.update({name: fn for name, fn, *_ in jobs})
-    # Warm up and calibrate each, then time them round-robin: a burst of load from other
-    # programs then slows probes and kernels alike, instead of lowering the roof alone.
-    numbers = {name: _calls_per_batch(fn, device, clock) for name, fn in fns.items()}
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    deadline = clock() + 10.0   # a busy machine must not stretch a notebook
-    for r in range(max(repeats, 3)):
-        for name, fn in fns.items():
-            times[name].append(_timed(fn, numbers[name], [device], clock))
-        if r >= 2 and clock() > deadline:
-            break
-    kernels = [Kernel(name, flops, nbytes, statistics.median(times[name]), size)
+    # Timed in turns: a burst of load from other programs then slows probes and kernels
+    # alike, instead of lowering the roof alone.
+    timed = measure_interleaved(fns, devices=[device], clock=clock)
+    times = {name: m.warm for name, m in timed.items()}
+    kernels = [Kernel(name, flops, nbytes, timed[name].median, size, timed[name].band)
                for name, _, flops, nbytes, size in jobs]
     # The roof is the best repeat of everything that streams (GB/s) and of every product
     # (GFLOP/s) in this run. The kernels count too: on some CPUs one thread's vector add or
@@ -567,13 +542,23 @@ class StorageReads:
 
     n_bytes: int
     block: int
-    sequential_s: float     # median seconds to read the whole file front to back
-    random_s: float         # median seconds per random block read
+    sequential: Band        # seconds to read the whole file front to back
+    random: Band            # seconds per random block read, one at a time
     cache_dropped: bool     # False: reads may have come from the OS page cache (RAM)
 
     @property
+    def sequential_s(self) -> float:
+        """Median seconds to read the whole file."""
+        return self.sequential.value
+
+    @property
+    def random_s(self) -> float:
+        """Median seconds per random block read."""
+        return self.random.value
+
+    @property
     def sequential_gbps(self) -> float:
-        """Sequential reads in GB/s."""
+        """Sequential reads in GB/s (of the median read)."""
         return self.n_bytes / self.sequential_s / GB
 
     @property
@@ -627,27 +612,27 @@ def storage_reads(n_bytes: int | None = None, block: int = 4 * KiB, n_random: in
         flags = os.O_RDONLY | getattr(os, "O_BINARY", 0)
         fd = os.open(path, flags)
         try:
-            buf = bytearray(chunk)
-            seq, rnd, dropped = [], [], True
-            for _ in range(repeats):
-                dropped &= _drop_cache(fd)
-                start = clock()
+            buf, dropped = bytearray(chunk), []
+            rng, blocks = random.Random(0), n_bytes // block
+
+            def drop() -> None:  # before every timed read of the whole file
+                dropped.append(_drop_cache(fd))
+
+            def read_all() -> None:
                 os.lseek(fd, 0, os.SEEK_SET)
                 with open(fd, "rb", buffering=0, closefd=False) as f:
                     while f.readinto(buf):
                         pass
-                seq.append(clock() - start)
-            dropped &= _drop_cache(fd)
-            rng = random.Random(0)
-            blocks = n_bytes // block
-            for _ in range(n_random):
-                offset = rng.randrange(blocks) * block
-                start = clock()
-                _pread(fd, block, offset)
-                rnd.append(clock() - start)
+
+            seq = measure_interleaved({"sequential": read_all}, devices=[], runs=repeats,
+                                      before=drop, clock=clock)["sequential"]
+            drop()
+            rnd = measure_interleaved(
+                {"random": lambda: _pread(fd, block, rng.randrange(blocks) * block)},
+                devices=[], runs=n_random, clock=clock)["random"]
         finally:
             os.close(fd)
-    return StorageReads(n_bytes, block, statistics.median(seq), statistics.median(rnd), dropped)
+    return StorageReads(n_bytes, block, seq.band, rnd.band, all(dropped))
 
 
 # --- the network stack, through the loopback interface
@@ -656,13 +641,23 @@ def storage_reads(n_bytes: int | None = None, block: int = 4 * KiB, n_random: in
 class Loopback:
     """Round trip of a 1-byte message and bulk bandwidth over TCP on 127.0.0.1."""
 
-    round_trip_s: float     # median seconds for one message there and back
+    round_trip: Band        # seconds for one message there and back
     n_bytes: int
-    bulk_s: float           # median seconds to send n_bytes (and get a 1-byte receipt)
+    bulk: Band              # seconds to send n_bytes (and get a 1-byte receipt)
+
+    @property
+    def round_trip_s(self) -> float:
+        """Median seconds of one round trip."""
+        return self.round_trip.value
+
+    @property
+    def bulk_s(self) -> float:
+        """Median seconds of one bulk transfer."""
+        return self.bulk.value
 
     @property
     def gbps(self) -> float:
-        """Bulk transfer rate in GB/s."""
+        """Bulk transfer rate in GB/s (of the median transfer)."""
         return self.n_bytes / self.bulk_s / GB
 
 
@@ -705,32 +700,32 @@ def loopback_network(n_bytes: int | None = None, pings: int | None = None, repea
 
     worker = threading.Thread(target=echo, daemon=True)
     worker.start()
-    rtts, bulks = [], []
     try:
         with socket.create_connection(server.getsockname(), timeout=timeout) as client:
             client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             one = bytearray(1)
-            client.sendall(b"p")  # warm-up round trip, not timed
-            _recv_exactly(client, 1, one)
-            for _ in range(repeats):
-                start = clock()
-                for _ in range(pings):
-                    client.sendall(b"p")
-                    _recv_exactly(client, 1, one)
-                rtts.append((clock() - start) / pings)
-            for i in range(repeats + 1):
-                start = clock()
+
+            def ping() -> None:  # one byte there, one back
+                client.sendall(b"p")
+                _recv_exactly(client, 1, one)
+
+            def bulk() -> None:
                 for sent in range(0, n_bytes, len(chunk)):
                     client.sendall(chunk[: min(len(chunk), n_bytes - sent)])
                 _recv_exactly(client, 1, one)  # the receipt: every byte has arrived
-                if i:  # the first transfer grows the socket buffers: time it apart
-                    bulks.append(clock() - start)
+
+            # Fixed counts: the echo thread answers exactly this many. The first call of each
+            # is timed apart (the first transfer grows the socket buffers).
+            rtt = measure_interleaved({"ping": ping}, devices=[], runs=pings * repeats,
+                                      clock=clock)["ping"]
+            sent = measure_interleaved({"bulk": bulk}, devices=[], runs=repeats,
+                                       clock=clock)["bulk"]
     finally:
         worker.join(timeout)
         server.close()
     if failure:
         raise ConnectionError(f"the loopback echo thread failed: {failure[0]!r}")
-    return Loopback(statistics.median(rtts), n_bytes, statistics.median(bulks))
+    return Loopback(rtt.band, n_bytes, sent.band)
 
 
 # --- accelerators and the links between them
@@ -741,7 +736,7 @@ def _need_accelerator(device: torch.device, what: str) -> None:
 
 
 def host_device_bandwidth(device: torch.device | str | None = None, n_bytes: int | None = None,
-                          pinned: bool = False, repeats: int = 5, *,
+                          pinned: bool = False, *,
                           clock: Clock = time.perf_counter) -> dict[str, Rate]:
     """Host-to-device and device-to-host copy rates (GB/s), from pageable or pinned host memory."""
     device = _as_device(device)
@@ -756,19 +751,16 @@ def host_device_bandwidth(device: torch.device | str | None = None, n_bytes: int
     dev = torch.empty(n, device=device)
     kind = "pinned" if pinned else "pageable"
     # non_blocking only matters (and is only safe to time) with pinned memory; we synchronize.
-    h2d = time_per_call(lambda: dev.copy_(host, non_blocking=pinned), [device], repeats,
-                        clock=clock, name="h2d")
-    d2h = time_per_call(lambda: host.copy_(dev, non_blocking=pinned), [device], repeats,
-                        clock=clock, name="d2h")
-    return {"h2d": Rate(f"host->{device} {kind}", host.nbytes, h2d.median, "B",
-                        {"best": min(h2d.warm)}),
-            "d2h": Rate(f"{device}->host {kind}", host.nbytes, d2h.median, "B",
-                        {"best": min(d2h.warm)})}
+    h2d = measure(lambda: dev.copy_(host, non_blocking=pinned), "h2d", devices=[device],
+                  clock=clock)
+    d2h = measure(lambda: host.copy_(dev, non_blocking=pinned), "d2h", devices=[device],
+                  clock=clock)
+    return {"h2d": Rate(f"host->{device} {kind}", host.nbytes, h2d, "B"),
+            "d2h": Rate(f"{device}->host {kind}", host.nbytes, d2h, "B")}
 
 
-def launch_overhead(device: torch.device | str | None = None, n: int | None = None,
-                    repeats: int = 5, *, wait_each: bool = False,
-                    clock: Clock = time.perf_counter) -> float:
+def launch_overhead(device: torch.device | str | None = None, n: int | None = None, *,
+                    wait_each: bool = False, clock: Clock = time.perf_counter) -> Band:
     """Seconds per tiny operation: n queued back to back (a throughput), or waited for one by one.
 
     wait_each=False: the CPU queues n launches and the device runs them as they come, so this is
@@ -785,11 +777,11 @@ def launch_overhead(device: torch.device | str | None = None, n: int | None = No
             x.add_(1.0)
             synchronize(wait)
 
-    return time_per_call(many, [device], repeats, clock=clock, name="launch").median / n
+    return measure(many, "launch", devices=[device], clock=clock).band / n
 
 
-def peer_bandwidth(devices: Sequence[torch.device | str], n_bytes: int | None = None,
-                   repeats: int = 3, *, clock: Clock = time.perf_counter) -> list[list[float]]:
+def peer_bandwidth(devices: Sequence[torch.device | str], n_bytes: int | None = None, *,
+                   clock: Clock = time.perf_counter) -> list[list[float]]:
     """GB/s matrix of copies from device i (row) to device j (column), for 1 to 8 or more devices.
 
     The diagonal is a copy inside one device (bytes read plus written, as copy_bandwidth counts).
@@ -808,8 +800,8 @@ def peer_bandwidth(devices: Sequence[torch.device | str], n_bytes: int | None = 
         row = []
         for j, dst_dev in enumerate(devices):
             dst = torch.empty(n, device=dst_dev)
-            m = time_per_call(lambda: dst.copy_(src), [devices[i], devices[j]], repeats,
-                              clock=clock, name=f"{i}->{j}")
+            m = measure(lambda: dst.copy_(src), f"{i}->{j}", devices=[devices[i], devices[j]],
+                        clock=clock)
             # a local copy reads and writes the same memory: count both, as copy_bandwidth does
             moved = (2 if i == j else 1) * src.nbytes
             row.append(moved / m.median / GB)

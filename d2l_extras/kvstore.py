@@ -399,14 +399,14 @@ def train_kvstore(store: KVStore, net: nn.Module, X: torch.Tensor, y: torch.Tens
 
 
 def train_allreduce(net: nn.Module, X: torch.Tensor, y: torch.Tensor, steps: int, batch: int,
-                    lr: float, seed: int = 0, timeout_s: float = 60.0) -> None:
+                    lr: float, seed: int = 0, timeout_s: float = 60.0, start: int = 0) -> None:
     """The reference: every rank averages gradients with dist.all_reduce and steps itself."""
     import torch.distributed as dist
 
     rank, world = dist.get_rank(), dist.get_world_size()
     timeout = datetime.timedelta(seconds=timeout_s)
     device = next(net.parameters()).device
-    for step in range(steps):
+    for step in range(start, steps):
         idx = batch_of(step, rank, world, batch, len(X), seed)
         grads = gradients(net, X[idx].to(device), y[idx].to(device))
         with torch.no_grad():
@@ -432,32 +432,46 @@ def _net_and_store(args, device, **store_options) -> tuple[nn.Module, "KVStore"]
     return net, store
 
 
-def _timed(device: torch.device, fn) -> float:
-    # Seconds of fn() after a barrier (all start together), synchronized on GPUs by Benchmark.
-    import torch.distributed as dist
-
-    from .timing import Benchmark
-
-    dist.barrier()
-    with Benchmark(devices=[device], verbose=False) as run:
-        fn()
-    return run.elapsed
+COMPARE_CHUNKS = 5   # task_compare trains in this many chunks: the first apart, then 4 runs
 
 
 def task_compare(args, device) -> dict:
-    """Train through the store (synchronous) and with allreduce; both weights and times."""
+    """Train through the store (synchronous) and with allreduce; both weights and step times.
+
+    Both train in COMPARE_CHUNKS chunks of steps, in turns, each chunk after a barrier; the
+    first chunk of each is timed apart (warm-up), the others are the runs of the step times
+    ("store_runs", "allreduce_runs": seconds per step). Leftover steps train untimed.
+    """
+    import torch.distributed as dist
+
+    from .timing import measure_interleaved
+
     X, y = make_problem(args.seed)
     X, y = X.to(device), y.to(device)
     net, store = _net_and_store(args, device)
     ref = make_net(args.seed).to(device)
-    store_s = _timed(device, lambda: train_kvstore(store, net, X, y, args.steps, args.batch,
-                                                   seed=args.seed))
-    allreduce_s = _timed(device, lambda: train_allreduce(ref, X, y, args.steps, args.batch,
-                                                         args.lr, args.seed, args.timeout))
+    size = max(1, args.steps // COMPARE_CHUNKS)
+    done = {"store": 0, "allreduce": 0}   # steps each has trained so far
+
+    def chunk(how: str, end: int | None = None) -> None:
+        start, stop = done[how], end or min(done[how] + size, args.steps)
+        if how == "store":
+            train_kvstore(store, net, X, y, stop, args.batch, start=start, seed=args.seed)
+        else:
+            train_allreduce(ref, X, y, stop, args.batch, args.lr, args.seed, args.timeout,
+                            start=start)
+        done[how] = stop
+
+    timed = measure_interleaved({how: lambda how=how: chunk(how) for how in done},
+                                devices=[device], runs=max(1, min(args.steps, COMPARE_CHUNKS)
+                                                           - 1), before=dist.barrier)
+    for how in done:   # the steps that no chunk took
+        chunk(how, args.steps)
+    runs = {how: [t / size for t in m.warm] for how, m in timed.items()}
     return {"world": store.world, "backend": store.dist.get_backend(),
             "owners": {k: store.owner(k) for k in store.keys()},
-            "store": _params(net), "allreduce": _params(ref),
-            "store_s": store_s, "allreduce_s": allreduce_s, "steps": args.steps}
+            "store": _params(net), "allreduce": _params(ref), "steps": args.steps,
+            "store_runs": runs["store"], "allreduce_runs": runs["allreduce"]}
 
 
 def task_staleness(args, device) -> dict:

@@ -7,6 +7,7 @@ import matplotlib.pyplot as plt
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
 from .hardware import MiB
+from .bands import Band
 from .timing import Measurement, format_seconds
 
 # Projected, a slide is about 960 px wide: a 7-inch figure at 100 dpi fills most of it, and 12 pt
@@ -37,28 +38,48 @@ def seconds_axis(ax: plt.Axes, axis: str = "y") -> plt.Axes:
     return ax
 
 
-def bar_chart(values: Mapping[str, float] | Sequence[Measurement], ylabel: str = "seconds",
-              title: str | None = None, ax: plt.Axes | None = None, log: bool = False,
-              seconds: bool = True) -> plt.Axes:
-    """Draw labelled bars: a {name: value} mapping, or Measurements by their warm median."""
+def _bar_value(value: "float | Band | Measurement") -> Band:
+    band = getattr(value, "band", value)   # a Measurement carries its band
+    return band if isinstance(band, Band) else Band.exact(float(value))
+
+
+def bar_chart(values: Mapping[str, "float | Band | Measurement"] | Sequence[Measurement],
+              ylabel: str = "seconds", title: str | None = None, ax: plt.Axes | None = None,
+              log: bool = False, seconds: bool = True, inside: bool = False) -> plt.Axes:
+    """Draw labelled bars: {name: value, Band or Measurement}, or Measurements by their name.
+
+    A measured bar is drawn at its median with a whisker over its interquartile range; a plain
+    number (a quoted figure, a prediction) has none. The labels sit above the whiskers, or
+    inside the bars (`inside=True`: where a line is drawn across the bars' tops).
+    """
     if isinstance(values, Mapping):
-        items = list(values.items())
+        items = [(name, _bar_value(v)) for name, v in values.items()]
     else:
-        items = [(m.name, m.median) for m in values]
+        items = [(m.name, _bar_value(m)) for m in values]
     if not items:
         raise ValueError("bar_chart() needs at least one value to draw")
     if ax is None:
         _, ax = plt.subplots(figsize=(max(5.0, 1.6 * len(items)), 3.6))
-    names, heights = zip(*items)
-    bars = ax.bar(names, heights, color=[f"C{i}" for i in range(len(items))])
+    names, bands = zip(*items)
+    heights = [b.value for b in bands]
+    whiskers = [[b.value - b.low for b in bands], [b.high - b.value for b in bands]]
+    measured = any(b.high > b.low for b in bands)
+    bars = ax.bar(names, heights, color=[f"C{i}" for i in range(len(items))],
+                  yerr=whiskers if measured else None, capsize=6 if measured else 0,
+                  error_kw={"elinewidth": 1.5, "ecolor": "black"})
     labels = [format_seconds(h) if seconds else f"{h:.3g}" for h in heights]
-    ax.bar_label(bars, labels=labels, padding=2, fontsize=MIN_POINTS)
+    if inside:
+        ax.bar_label(bars, labels=labels, label_type="center", color="white",
+                     fontsize=MIN_POINTS)
+    else:
+        ax.bar_label(bars, labels=labels, padding=2, fontsize=MIN_POINTS)
     ax.set_ylabel(ylabel)
+    top = max(b.high for b in bands)
     if log:
         ax.set_yscale("log")
         log_axis(ax, plain=False)  # room for the labels above the bars
     else:
-        ax.set_ylim(0, max(heights) * 1.18)  # room for the labels above the bars
+        ax.set_ylim(0, top * 1.18)  # room for the labels above the bars
         ax.yaxis.set_major_locator(MaxNLocator(6))  # few ticks, readable at 12 pt
     if seconds:  # "25 us" reads better than 2.5 with a 1e-5 offset above the axis
         seconds_axis(ax, "y")
@@ -171,7 +192,11 @@ def plot_roofline(bandwidth_gbps: float, peak_gflops: float, kernels: Sequence =
     ax.annotate(f"peak {peak_gflops:.3g} GFLOP/s", (hi, peak_gflops), textcoords="offset points",
                 xytext=(-4, 4), ha="right", fontsize=MIN_POINTS)
     for i, k in enumerate(kernels):
-        ax.plot(k.intensity, k.gflops, "o", color=f"C{i}", label=k.name)
+        band = getattr(k, "gflops_band", None)   # measured kernels: the runs' spread
+        err = None if band is None or band.high <= band.low else \
+            [[max(0.0, k.gflops - band.low)], [max(0.0, band.high - k.gflops)]]
+        ax.errorbar(k.intensity, k.gflops, yerr=err, fmt="o", color=f"C{i}", capsize=5,
+                    label=k.name)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP per byte)")

@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import statistics
 from dataclasses import dataclass, field
 from typing import Sequence
 
 import torch
 
-from .timing import Benchmark
+from .timing import measure_interleaved
 
 OPS = ("sum", "prod", "max", "min")
 
@@ -224,9 +223,11 @@ def bus_bandwidth(size_bytes: float, seconds: float, n: int) -> tuple[float, flo
 
 
 def benchmark(sizes_mb: Sequence[float], repeats: int = 5, timeout_s: float = 60.0) -> dict:
-    """In a worker: check ring == all_reduce, then time both per size (median of repeats).
+    """In a worker: check ring == all_reduce, then time both per size, interleaved.
 
-    Also returns "check": the ring's sum of `check_input(rank)` over all ranks (rank 0's copy).
+    Per size: "ring_s" and "allreduce_s" hold the medians, "ring_runs" and "allreduce_runs"
+    every run, "*_first_s" the first call. Also returns "check": the ring's sum of
+    `check_input(rank)` over all ranks (rank 0's copy).
     """
     import torch.distributed as dist
 
@@ -234,17 +235,11 @@ def benchmark(sizes_mb: Sequence[float], repeats: int = 5, timeout_s: float = 60
     device = torch.device("cuda", torch.cuda.current_device()) \
         if dist.get_backend() == "nccl" else torch.device("cpu")
 
-    def timed(fn, x: torch.Tensor) -> float:
-        dist.barrier()  # start together, or we time the neighbour's late arrival
-        with Benchmark(devices=[device], verbose=False) as run:
-            fn(x)
-        return run.elapsed
-
     # The ring's answer on a small input that the notebook can recompute in one process.
     check = ring_allreduce_dist(check_input(rank).to(device), timeout_s)
     out = {"world": n, "backend": dist.get_backend(), "check": check.cpu().tolist(),
-           "sizes_bytes": [], "ring_s": [], "allreduce_s": [], "ring_first_s": [],
-           "allreduce_first_s": []}
+           "sizes_bytes": [], "ring_s": [], "allreduce_s": [], "ring_runs": [],
+           "allreduce_runs": [], "ring_first_s": [], "allreduce_first_s": []}
     gen = torch.Generator().manual_seed(rank)
     for mb in sizes_mb:
         numel = int(mb * 2**20) // 4
@@ -253,16 +248,21 @@ def benchmark(sizes_mb: Sequence[float], repeats: int = 5, timeout_s: float = 60
         ring_allreduce_dist(ours, timeout_s)
         dist.all_reduce(theirs)
         torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)
-        ring = lambda t: ring_allreduce_dist(t, timeout_s)  # noqa: E731
-        out["ring_first_s"].append(timed(ring, x.clone()))
-        out["allreduce_first_s"].append(timed(dist.all_reduce, x.clone()))
-        ring_t, ar_t = [], []
-        for _ in range(repeats):  # interleave, so that noise hits both alike
-            ring_t.append(timed(ring, x.clone()))
-            ar_t.append(timed(dist.all_reduce, x.clone()))
+        work = x.clone()   # both reduce it in place: it is reset before every timed call
+
+        def reset() -> None:
+            work.copy_(x)
+            dist.barrier()  # start together, or we time the neighbour's late arrival
+
+        timed = measure_interleaved(  # interleaved, so that noise hits both alike
+            {"ring": lambda: ring_allreduce_dist(work, timeout_s),
+             "allreduce": lambda: dist.all_reduce(work)},
+            devices=[device], runs=repeats, before=reset)
         out["sizes_bytes"].append(numel * 4)
-        out["ring_s"].append(statistics.median(ring_t))
-        out["allreduce_s"].append(statistics.median(ar_t))
+        for key, m in timed.items():
+            out[f"{key}_s"].append(m.median)
+            out[f"{key}_runs"].append(m.warm)
+            out[f"{key}_first_s"].append(m.cold)
     return out
 
 

@@ -113,7 +113,19 @@ def test_a_measured_compute_time_replaces_the_linear_guess():
     assert got < 1.15
 
 
+def test_a_slice_timed_below_its_share_predicts_no_more_than_k():
+    # Half the batch timed at 40% of the whole (noise, or a cache): the model uses t(B)/2,
+    # so that nothing predicts more than 2x on 2 devices without a measured reason.
+    assert cm.speedup(2, 0.010, 1.0, 1e30, compute_k=0.004) == pytest.approx(2)
+    assert cm.speedup(2, 0.010, 0.25 * MB, 1 * GB, compute_k=0.004) == \
+        pytest.approx(0.010 / (0.005 + 0.00025))
+    # weak scaling: each device computes a whole batch, in no less than one device's time
+    assert cm.speedup(2, 0.010, 1.0, 1e30, "weak", compute_k=0.004) == pytest.approx(2)
+    assert cm.speedup(2, 0.010, 1.0, 1e30, "weak", compute_k=0.020) == pytest.approx(1)
+
+
 @pytest.mark.parametrize("call, match", [
+    (lambda: cm.speedup(2, 0.1, MB, GB, compute_k=-1.0), "compute_k"),
     (lambda: cm.step_time(0, 0.1, MB, GB), "number of devices"),
     (lambda: cm.step_time(2, -0.1, MB, GB), "compute_time"),
     (lambda: cm.step_time(2, float("inf"), MB, GB), "compute_time"),

@@ -1,6 +1,7 @@
 import matplotlib
 import matplotlib.pyplot as plt
 import pytest
+from matplotlib.container import BarContainer
 
 import d2l_extras as dx
 
@@ -17,6 +18,19 @@ def test_bar_chart_from_measurements_uses_median():
     m = dx.Measurement("x", cold=1.0, warm=[3.0, 1.0, 2.0])
     ax = dx.bar_chart([m], log=True)
     assert ax.patches[0].get_height() == 2.0 and ax.get_yscale() == "log"
+    plt.close("all")
+
+
+def test_measured_bars_carry_whiskers_over_their_interquartile_range():
+    m = dx.Measurement("x", cold=1.0, warm=[1.0, 2.0, 3.0, 4.0, 5.0])   # 3, quartiles 2 and 4
+    ax = dx.bar_chart({"measured": m, "quoted": 2.5, "band": dx.Band(1.0, 0.5, 1.5)})
+    bars = next(c for c in ax.containers if isinstance(c, BarContainer))
+    lines = bars.errorbar.lines[2][0].get_segments()
+    assert [tuple(seg[:, 1]) for seg in lines] == [(2.0, 4.0), (2.5, 2.5), (0.5, 1.5)]
+    assert ax.get_ylim()[1] >= 4.0, "room for the whisker and its label"
+    plain = dx.bar_chart({"a": 1.0, "b": 2.0})
+    bars = next(c for c in plain.containers if isinstance(c, BarContainer))
+    assert bars.errorbar is None, "quoted numbers have no spread to draw"
     plt.close("all")
 
 

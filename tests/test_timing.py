@@ -39,22 +39,50 @@ def test_benchmark_synchronizes_before_both_clock_reads(monkeypatch):
     assert len(calls) == 2
 
 
+class WorkClock:
+    """A clock that only moves when the work runs: call i of work() takes costs[i] seconds
+    (the last cost repeats). Timer's own reads cost nothing, so every run is exactly known."""
+
+    def __init__(self, costs):
+        self.costs, self.now, self.calls = list(costs), 0.0, 0
+
+    def __call__(self):
+        return self.now
+
+    def work(self):
+        self.now += self.costs[min(self.calls, len(self.costs) - 1)]
+        self.calls += 1
+
+
 def test_measure_separates_cold_from_warm():
-    # Clock reads in pairs: the first call takes 5 s (compiling), then repeats of 3 calls take
-    # 3, 6, 30 (a disturbed one), 3 and 4.5 s: per call 1, 2, 10, 1, 1.5; the median is 1.5.
-    readings = [0, 5]
-    for spent in (3, 6, 30, 3, 4.5):
-        readings += [100, 100 + spent]
-    m = dx.Benchmark.measure(lambda: None, "work", repeats=5, number=3,
-                             clock=ScriptedClock(readings))
-    assert m.name == "work" and m.cold == 5
-    assert m.warm == [1, 2, 10, 1, 1.5] and m.median == 1.5
-    assert str(m) == "work: first call 5 s, then 1.5 s per call (median of 5)"
+    # 5 s for the first call (compiling), then 0.1 s a call: one call per run (>= 50 ms)
+    clock = WorkClock([5.0, 0.1])
+    m = dx.measure(clock.work, "work", clock=clock, max_time=1.0)
+    assert m.name == "work" and m.cold == 5.0 and m.number == 1
+    assert len(m.warm) >= 4 and m.warm == pytest.approx([0.1] * len(m.warm))
+    assert m.median == pytest.approx(0.1) and m.spread == 0
+    # no spread: Timer stops after its minimum of 4 runs (and one call to size a run)
+    assert clock.calls == 1 + 1 + 4
+    assert str(m) == "work: first call 5 s, then 100 ms ±<1% per call (4 runs)"
+
+
+def test_measure_groups_fast_calls_into_runs():
+    clock = WorkClock([1e-5])             # 10 us a call: Timer times blocks of many calls
+    m = dx.measure(clock.work, clock=clock, max_time=1.0)
+    assert m.number > 1 and m.median == pytest.approx(1e-5)
+
+
+def test_measure_stops_at_the_time_cap_when_runs_keep_spreading():
+    costs = [1.0] + [0.1, 0.3] * 100      # runs that never settle: IQR 100% of the median
+    clock = WorkClock(costs)
+    m = dx.measure(clock.work, clock=clock, max_time=1.0, spread=0.05)
+    assert 1.0 <= sum(m.warm) <= 1.0 + 0.3 + 1e-9     # stopped once 1 s of runs was spent
+    assert m.band.low == pytest.approx(0.1) and m.band.high == pytest.approx(0.3)
 
 
 class ReduceOverhead:
     """A fake torch.compile(mode="reduce-overhead") model on a fake clock: the first call
-    compiles (5 s), the second records the CUDA graph (0.5 s), later calls replay it (1 ms)."""
+    compiles (5 s), the second records the CUDA graph (0.5 s), later calls replay it (0.1 s)."""
 
     def __init__(self):
         self.now, self.calls = 0.0, 0
@@ -64,30 +92,69 @@ class ReduceOverhead:
 
     def __call__(self):
         self.calls += 1
-        self.now += {1: 5.0, 2: 0.5}.get(self.calls, 0.001)
+        self.now += {1: 5.0, 2: 0.5}.get(self.calls, 0.1)
 
 
 def test_measure_times_setup_calls_apart():
     model = ReduceOverhead()
-    m = dx.Benchmark.measure(model, "reduce-overhead", repeats=3, number=2,
-                             clock=model.clock, setup=1)
-    assert m.cold == 5.0 and m.setup == [0.5] and model.calls == 1 + 1 + 3 * 2
-    assert m.warm == pytest.approx([0.001] * 3)  # replays only: the capture is not in them
-    assert str(m) == ("reduce-overhead: first call 5 s, then 500 ms (call 2), then 1 ms per call "
-                      "(median of 3)")
+    m = dx.measure(model, "reduce-overhead", clock=model.clock, setup=1, max_time=1.0)
+    assert m.cold == 5.0 and m.setup == [0.5]
+    assert m.warm == pytest.approx([0.1] * len(m.warm))  # replays only: not the capture
+    assert str(m).startswith("reduce-overhead: first call 5 s, then 500 ms (call 2), then "
+                             "100 ms ±<1% per call")
 
 
-def test_without_setup_the_capture_lands_in_the_first_warm_run():
-    # Why the option exists: the second call is billed to the first warm repeat.
+def test_without_setup_the_capture_lands_in_the_warm_runs():
+    # Why the option exists: the second call is billed to what follows the first.
     model = ReduceOverhead()
-    m = dx.Benchmark.measure(model, repeats=3, number=2, clock=model.clock)
-    assert m.setup == [] and m.warm[0] == pytest.approx((0.5 + 0.001) / 2)
+    m = dx.measure(model, clock=model.clock, max_time=1.0)
+    assert m.setup == [] and m.cold == 5.0 and model.calls >= 6
 
 
 @pytest.mark.parametrize("setup", [-1, 1.5, True, "1"])
 def test_measure_rejects_bad_setup(setup):
     with pytest.raises(ValueError, match="setup"):
-        dx.Benchmark.measure(lambda: None, setup=setup)
+        dx.measure(lambda: None, setup=setup)
+
+
+@pytest.mark.parametrize("kwargs, match", [(dict(spread=0), "spread"), (dict(spread=1), "spread"),
+                                           (dict(max_time=0), "max_time"),
+                                           (dict(max_time=float("inf")), "max_time")])
+def test_measure_rejects_bad_limits(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        dx.measure(lambda: None, **kwargs)
+
+
+def test_measure_rejects_non_callable():
+    with pytest.raises(TypeError, match="function to call"):
+        dx.measure(42)
+
+
+def test_measure_synchronizes_before_every_clock_read(monkeypatch):
+    events = []
+    monkeypatch.setattr(timing, "synchronize",
+                        lambda devices: events.append("sync") if list(devices) else None)
+    clock = WorkClock([0.1])
+
+    def read():
+        events.append("clock")
+        return clock()
+
+    dx.measure(clock.work, devices=[torch.device("cuda", 0)], clock=read, max_time=1.0)
+    reads = [i for i, e in enumerate(events) if e == "clock"]
+    assert reads and all(events[i - 1] == "sync" for i in reads)
+    # a CPU alone needs no waiting: its operators are done when they return
+    events.clear()
+    dx.measure(clock.work, devices=["cpu"], clock=read, max_time=1.0)
+    assert "sync" not in events[events.index("clock"):]
+
+
+def test_measure_keeps_the_thread_count(monkeypatch):
+    # torch.utils.benchmark.Timer runs on one thread unless told otherwise
+    seen = []
+    dx.measure(lambda: seen.append(torch.get_num_threads()), clock=dx.TickClock(0.1),
+               max_time=0.5)
+    assert set(seen) == {torch.get_num_threads()}
 
 
 def test_tick_clock_advances_one_step_per_read():
@@ -97,21 +164,43 @@ def test_tick_clock_advances_one_step_per_read():
         dx.TickClock(0)
 
 
-def test_measure_counts_calls():
-    count = []
-    dx.Benchmark.measure(lambda: count.append(1), repeats=4, number=3)
-    assert len(count) == 1 + 4 * 3
+def test_measure_interleaved_alternates_and_keeps_a_fixed_count():
+    order = []
+    clock = dx.TickClock(0.1)
+    out = dx.measure_interleaved({"a": lambda: order.append("a"),
+                                  "b": lambda: order.append("b")},
+                                 runs=3, before=lambda: order.append("|"), clock=clock)
+    assert order == ["|", "a", "|", "b"] * 4        # one cold call each, then 3 rounds
+    assert [len(x.warm) for x in out.values()] == [3, 3]
+    assert out["a"].warm == pytest.approx([0.1] * 3) and out["a"].cold == pytest.approx(0.1)
 
 
-@pytest.mark.parametrize("kwargs", [dict(repeats=0), dict(number=0)])
-def test_measure_rejects_bad_counts(kwargs):
-    with pytest.raises(ValueError, match="repeats >= 1 and number >= 1"):
-        dx.Benchmark.measure(lambda: None, **kwargs)
+def test_measure_interleaved_stops_when_settled_or_out_of_time():
+    settled = dx.measure_interleaved({"a": lambda: None}, clock=dx.TickClock(0.1), max_time=60)
+    assert len(settled["a"].warm) == 4                  # no spread: the minimum of 4 rounds
+    clock = WorkClock([0.1, 0.3])
+
+    def uneven():
+        clock.work()
+        clock.costs.reverse()                            # 0.1, 0.3, 0.1, ...: never settles
+    out = dx.measure_interleaved({"u": uneven}, clock=clock, max_time=2.0)
+    assert 2.0 <= sum(out["u"].warm) <= 2.0 + 0.3 + 1e-9
 
 
-def test_measure_rejects_non_callable():
-    with pytest.raises(TypeError, match="function to call"):
-        dx.Benchmark.measure(42)
+@pytest.mark.parametrize("call, error", [
+    (lambda: dx.measure_interleaved({}), ValueError),
+    (lambda: dx.measure_interleaved({"a": 1}), TypeError),
+    (lambda: dx.measure_interleaved({"a": lambda: None}, runs=0), ValueError),
+])
+def test_measure_interleaved_refuses_nonsense(call, error):
+    with pytest.raises(error):
+        call()
+
+
+def test_format_seconds_shows_the_spread_of_a_measurement():
+    m = dx.Measurement("x", 1.0, [0.010, 0.0102, 0.0098, 0.0104, 0.0096])
+    assert dx.format_seconds(m) == "10 ms ±2%"
+    assert dx.format_seconds(dx.Band.exact(0.5)) == "500 ms ±<1%"
 
 
 def test_synchronize_accepts_cpu_and_default():
