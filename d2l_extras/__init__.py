@@ -41,7 +41,8 @@ _EXPORTS = {
                 "cache_sweep", "copy_bandwidth", "default_matmul_sizes", "default_sweep_sizes",
                 "dtype_supported", "gather_time", "host_device_bandwidth", "launch_overhead",
                 "loop_vs_vectorized", "loopback_network", "machine_load", "matmul_rate",
-                "matmul_sweep", "p2p_access", "peer_bandwidth", "published_peak",
+                "matmul_sweep", "one_thread_if_busy", "p2p_access", "peer_bandwidth",
+                "published_peak",
                 "roof_violations", "roofline", "storage_reads", "tensor_core_dtypes"],
     # the performance model (notebook 00): t = max(overhead, bytes / bandwidth, flops / peak)
     "perfmodel": ["PerformanceModel", "REGIMES"],

@@ -63,11 +63,34 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 # --- timing: every measurement below is one call of timing.measure (or measure_interleaved)
 
-def machine_load() -> float | None:
-    """Runnable processes per core over the last minute (>= 1: timings share the cores), or None."""
+def machine_load(interval: float | None = None) -> float | None:
+    """How busy the CPU is: runnable processes per core over the last minute, or None.
+
+    With `interval` (seconds), the share of all cores' time that was busy during that interval,
+    from 0 to 1, sampled now: the minute's average still counts a notebook that has ended.
+    """
+    if interval is not None:
+        import psutil
+
+        if not (isinstance(interval, (int, float)) and 0 < interval <= 10):
+            raise ValueError(f"machine_load(): interval is a number of seconds in (0, 10], "
+                             f"got {interval!r}")
+        return psutil.cpu_percent(interval=interval) / 100
     if not hasattr(os, "getloadavg"):
         return None
     return os.getloadavg()[0] / (os.cpu_count() or 1)
+
+
+def one_thread_if_busy(device: torch.device | str = "cpu", busy: float = 0.5) -> int:
+    """On a CPU whose cores are busy now (other programs), time on one thread; return the count.
+
+    An operator split over every core waits for its slowest thread, and a core that another
+    program holds makes every such operator a straggler: timings scatter by factors. One thread
+    loses its core now and then, but evenly. On a quiet machine, or an accelerator, no change.
+    """
+    if _as_device(device).type == "cpu" and machine_load(0.25) >= busy:
+        torch.set_num_threads(1)
+    return torch.get_num_threads()
 
 
 @dataclass
@@ -515,9 +538,9 @@ def roofline(n: int | None = None, k: int | None = None,
             ("matrix-matrix", lambda: torch.mm(P, Q, out=R), 2 * k ** 3, 3 * 4 * k * k, k)]
     fns = {name: fn for name, (fn, _) in probes.items()}
     fns.update({name: fn for name, fn, *_ in jobs})
-    # Timed in turns: a burst of load from other programs then slows probes and kernels
-    # alike, instead of lowering the roof alone.
-    timed = measure_interleaved(fns, devices=[device], clock=clock)
+    # Timed in turns, in runs of equal length: a burst of load from other programs then slows
+    # probes and kernels alike, instead of lowering the roof alone.
+    timed = measure_interleaved(fns, devices=[device], balance=True, clock=clock)
     times = {name: m.warm for name, m in timed.items()}
     kernels = [Kernel(name, flops, nbytes, timed[name].median, size, timed[name].band)
                for name, _, flops, nbytes, size in jobs]

@@ -39,11 +39,12 @@ class Experiment:
 # every entry against 4, 16 and 80 GB budgets.
 SIZES: dict[str, Experiment] = {
     # 00: the large side of the performance model's matrix product, large enough to reach the
-    # machine's peak (matmul_rate keeps a, b and c, three n x n float32 matrices, in half the
-    # free memory). The small side is fixed (16): a call of a few microseconds anywhere.
+    # machine's peak. The products at n, 3n/4 and n/2 are timed in turns, each with its a, b
+    # and c alive: 3 (1 + 9/16 + 1/4) = 5.4 n x n float32 matrices, in half the free memory.
+    # The small side is fixed (16): a call of a few microseconds anywhere.
     "model_matmul": Experiment(
         what="side of notebook 00's large matrix product", cpu=(512, 1024, 2048),
-        gpu=(4096, 8192, 16384), count=3, square=True, minimum=64, fraction=0.5),
+        gpu=(4096, 8192, 16384), count=6, square=True, minimum=64, fraction=0.5),
     # 00: the large vector of the add, multiply and sine (x and y alive, and the two buffers of
     # the copy that measures the bandwidth: 16 bytes per element). The notebook raises it to
     # 4x the last-level cache where that is larger (an H100's L2 is 50 MB).
@@ -53,9 +54,11 @@ SIZES: dict[str, Experiment] = {
         lesson_bytes=200 * MB),
     # 01: a chain of 12 elementwise ops on n floats; fused, it reads and writes memory once.
     # On a GPU the operand must be far beyond the L2 cache (50 MB on an H100) for the
-    # "memory traffic" explanation to hold: 2**26 floats are 268 MB.
+    # "memory traffic" explanation to hold: 2**26 floats are 268 MB. On a CPU too, in class: a
+    # 16 MB operand beside a 16 MB L3 timed now from the cache, now from RAM (a copy of it
+    # took 1.3 ms in one run, 7 ms in the next); 64 MB is beyond most laptops' caches.
     "fusion": Experiment(
-        what="elements of the fused elementwise chain", cpu=(1_000_000, 4_000_000, 16_000_000),
+        what="elements of the fused elementwise chain", cpu=(1_000_000, 16_000_000, 32_000_000),
         gpu=(2 ** 22, 2 ** 26, 2 ** 27), bytes_per_item=4 * 12, minimum=2 ** 16,
         lesson_bytes=200 * MB),
     # 02: square matrix products queued without a barrier; on a GPU each must run for

@@ -248,13 +248,18 @@ def measure_interleaved(fns: Mapping[str, Callable[[], object]], *,
                         devices: Iterable[torch.device | str] | None = None,
                         runs: int | None = None, spread: float = SPREAD,
                         max_time: float | None = None, before: Callable[[], object] | None = None,
+                        balance: bool = False,
                         clock: Clock = time.perf_counter) -> dict[str, Measurement]:
-    """Time several functions in turns, one call each per round, after one cold call each.
+    """Time several functions in turns, a run of each per round, after one cold call each.
 
     Interleaved, a burst of load from other programs slows all of them alike, so their ratios
-    hold. `runs` fixes the rounds (every process of a job must take the same number: pass it
-    with `before=dist.barrier`, which runs before each timed call); without it, rounds go on
-    (at least 4) until every spread is below `spread` or `max_time` seconds are spent.
+    hold. `balance=True` makes every run last about as long as one call of the slowest (the
+    faster ones are called that many times more, after a second call to size them): on a
+    shared machine a long call is interrupted where a short one slips through, and runs of
+    equal length see the same share of the cores. `runs` fixes the rounds (every process of
+    a job must take the same number: pass it with `before=dist.barrier`, which runs before
+    each timed run); without it, rounds go on (at least 4) until every spread is below
+    `spread` or `max_time` seconds are spent.
     """
     if not fns:
         raise ValueError("measure_interleaved() needs at least one {name: function}")
@@ -265,18 +270,24 @@ def measure_interleaved(fns: Mapping[str, Callable[[], object]], *,
     seconds = _limits(spread, max_time)
     devices = _to_wait_for(devices)
 
-    def timed(fn: Callable[[], object]) -> float:
+    def timed(fn: Callable[[], object], number: int = 1) -> float:
         if before is not None:
             before()
-        return _time_once(fn, devices, clock)
+        return _time_once(fn, devices, clock, number)
 
     cold = {name: timed(fn) for name, fn in fns.items()}
+    number = {name: 1 for name in fns}
+    if balance:  # a second, warm call says how many calls make a run as long as the longest
+        probe = {name: timed(fn) for name, fn in fns.items()}
+        longest = max(probe.values())
+        number = {name: max(1, min(100_000, round(longest / max(t, 1e-9))))
+                  for name, t in probe.items()}
     warm: dict[str, list[float]] = {name: [] for name in fns}
     spent = 0.0
     while True:
         for name, fn in fns.items():
-            warm[name].append(timed(fn))
-            spent += warm[name][-1]
+            warm[name].append(timed(fn, number[name]))
+            spent += warm[name][-1] * number[name]
         done = len(warm[next(iter(fns))])
         if runs is not None:
             if done >= runs:
@@ -284,4 +295,5 @@ def measure_interleaved(fns: Mapping[str, Callable[[], object]], *,
         elif done >= 4 and (spent > seconds or all(
                 Band.of(w).spread * 2 < spread for w in warm.values())):
             break
-    return {name: Measurement(name, cold[name], warm[name]) for name in fns}
+    return {name: Measurement(name, cold[name], warm[name], number=number[name])
+            for name in fns}

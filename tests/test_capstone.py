@@ -63,6 +63,10 @@ def test_two_processes_take_the_steps_of_one_and_time_their_allreduce():
     for key in ("synced_s", "no_sync_s", "step_s", "tokens_per_s"):
         assert two[key] > 0, key
     assert two["comm_s"] == pytest.approx(two["synced_s"] - two["no_sync_s"])
+    # every timed step kept, for bands: the training steps after the first, the timed pairs
+    assert len(two["step_runs"]) == len(two["losses"]) - 1
+    assert len(two["synced_runs"]) == len(two["no_sync_runs"]) > 0
+    assert len(one["share_runs"]) >= 4
     assert one["share_s"] > 0 and "share_s" not in two
     # A step allocates activations and gradients above the state held before it.
     assert min(one["peak_bytes"], two["peak_bytes"]) > one["grad_bytes"]

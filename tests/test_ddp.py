@@ -409,6 +409,10 @@ def test_time_comm_times_every_batch_in_one_process(monkeypatch, capsys):
     assert comm["batches"] == [16, 8] and comm["steps"] == 2
     assert len(comm["sync_s"]) == len(comm["no_sync_s"]) == 2
     assert all(0 < t < 60 for t in comm["sync_s"] + comm["no_sync_s"] + [comm["allreduce_s"]])
+    # every timed pass kept, in pairs (synced, then no_sync, in turns): a band, and differences
+    assert [len(r) for r in comm["sync_runs"] + comm["no_sync_runs"]] == [2] * 4
+    assert len(comm["allreduce_runs"]) == 2
+    assert comm["sync_s"][0] == dx.Band.of(comm["sync_runs"][0]).value
     assert comm["grad_bytes"] == 4 * sum(p.numel() for p in dx.resnet18(10, 1, 4).parameters())
 
 

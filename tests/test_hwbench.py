@@ -399,6 +399,22 @@ def test_loopback_is_physical():
 def test_machine_load():
     load = hb.machine_load()
     assert load is None or load >= 0
+    assert 0 <= hb.machine_load(0.05) <= 1
+    for bad in (0, -1, 11, "1"):
+        with pytest.raises(ValueError, match="interval"):
+            hb.machine_load(bad)
+
+
+def test_one_thread_if_busy(monkeypatch):
+    threads = torch.get_num_threads()
+    try:
+        monkeypatch.setattr(hb, "machine_load", lambda interval=None: 0.1)
+        assert hb.one_thread_if_busy("cpu") == threads          # quiet: all threads
+        monkeypatch.setattr(hb, "machine_load", lambda interval=None: 0.9)
+        assert hb.one_thread_if_busy(torch.device("cuda", 0)) == threads  # not the CPU
+        assert hb.one_thread_if_busy("cpu") == 1                 # busy: one thread
+    finally:
+        torch.set_num_threads(threads)
 
 
 # --- published peaks

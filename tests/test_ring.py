@@ -204,3 +204,4 @@ def test_dist_ring_equals_the_one_process_sum(n):
     torch.testing.assert_close(torch.tensor(result["check"]), expected)
     assert result["sizes_bytes"] == [262 * 4, 2621 * 4]
     assert all(t > 0 for t in result["ring_s"] + result["allreduce_s"])
+    assert [len(r) for r in result["ring_runs"] + result["allreduce_runs"]] == [1] * 4

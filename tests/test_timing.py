@@ -175,6 +175,23 @@ def test_measure_interleaved_alternates_and_keeps_a_fixed_count():
     assert out["a"].warm == pytest.approx([0.1] * 3) and out["a"].cold == pytest.approx(0.1)
 
 
+def test_measure_interleaved_balance_makes_runs_of_equal_length():
+    clock = WorkClock([0.0])
+    costs = {"long": 0.1, "short": 0.004}
+    calls = {name: 0 for name in costs}
+
+    def work(name):
+        def fn():
+            calls[name] += 1
+            clock.now += costs[name]
+        return fn
+    out = dx.measure_interleaved({n: work(n) for n in costs}, runs=4, balance=True,
+                                 clock=clock)
+    assert out["long"].number == 1 and out["short"].number == 25      # 0.1 s / 4 ms
+    assert out["short"].warm == pytest.approx([0.004] * 4)            # seconds per call
+    assert calls == {"long": 1 + 1 + 4, "short": 1 + 1 + 4 * 25}      # cold, probe, runs
+
+
 def test_measure_interleaved_stops_when_settled_or_out_of_time():
     settled = dx.measure_interleaved({"a": lambda: None}, clock=dx.TickClock(0.1), max_time=60)
     assert len(settled["a"].warm) == 4                  # no spread: the minimum of 4 rounds
