@@ -503,6 +503,10 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     argv = list(sys.argv[1:] if argv is None else argv)
     args = torchrun.parse_args(argv)
+    # Whether a port was asked for (an option, or torchrun's PET_ variable): where none is,
+    # older torchrun (2.6) fills in 29500 and newer leaves None; the OS picks one below.
+    asked = "PET_MASTER_PORT" in os.environ or any(
+        a.split("=")[0] in ("--master-port", "--master_port") for a in argv)
     store = None
     if args.rdzv_backend == "static" and not args.rdzv_endpoint and not args.standalone \
             and str(args.nnodes).split(":")[-1] == "1" and is_loopback(args.master_addr):
@@ -510,10 +514,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         try:
             # Port 0 (none given): the OS picks a free one, which the store holds from then
             # on; a port picked here and bound later could be taken by another job meanwhile.
-            store = _loopback_store(args.master_addr, int(args.master_port or 0))
+            store = _loopback_store(args.master_addr, int(args.master_port) if asked else 0)
         except (OSError, RuntimeError, TypeError, ValueError) as err:
             print(f"d2l_extras: torchrun's store listens on every interface ({err})", flush=True)
-        if args.master_port is None:  # newer torchrun would switch to a c10d store on 0.0.0.0
+        if not asked:  # newer torchrun would switch to a c10d store on 0.0.0.0, older use 29500
             port = store.port if store is not None else free_port(args.master_addr)
             argv.insert(0, f"--master-port={port}")
     torchrun.main(argv)

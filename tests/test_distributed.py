@@ -413,6 +413,37 @@ def test_main_serves_torchruns_store_on_loopback_on_one_machine(monkeypatch, arg
     assert _listening(seen["port"]) == []  # the store ended with torchrun
 
 
+def test_main_picks_a_free_port_where_torchrun_fills_in_29500(monkeypatch):
+    # torchrun 2.6 parses a missing --master-port as 29500: a port another job may hold.
+    # The wrapper must still let the OS pick one, hold it, and tell torchrun which.
+    import torch.distributed.run as torchrun
+    from d2l_extras import distributed
+
+    parse = torchrun.parse_args
+
+    def as_in_2_6(args):
+        parsed = parse(args)
+        if parsed.master_port is None:
+            parsed.master_port = 29500
+        return parsed
+
+    for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "PET_MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(torchrun, "parse_args", as_in_2_6)
+    seen = {}
+    monkeypatch.setattr(torchrun, "main", lambda args: seen.update(args=args))
+    with socket.socket() as blocker:   # 29500 taken, as by another job
+        blocker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            blocker.bind(("127.0.0.1", 29500))
+            blocker.listen(1)
+        except OSError:
+            pass                       # taken already: the same test
+        distributed.main(["--nproc-per-node=2", "-m", "mod"])
+    ports = [int(a.split("=")[1]) for a in seen["args"] if a.startswith("--master-port=")]
+    assert len(ports) == 1 and ports[0] != 29500, seen["args"]
+
+
 def test_single_machine_run_listens_on_loopback_only(worker_dir):
     # torchrun's store and gloo's sockets, seen while the workers wait for a file.
     (worker_dir / "net_worker.py").write_text(textwrap.dedent("""

@@ -90,8 +90,9 @@ def test_bad_input_says_what_to_pass():
             dx.measure_format(dtype)
     with pytest.raises(ValueError, match="narrower dtype"):
         dx.measure_format(torch.float64)
-    with pytest.raises(ValueError, match="no zero"):
-        dx.measure_format(torch.float8_e8m0fnu)
+    if hasattr(torch, "float8_e8m0fnu"):  # from torch 2.7 on
+        with pytest.raises(ValueError, match="no zero"):
+            dx.measure_format(torch.float8_e8m0fnu)
 
 
 def _all_kinds_of_float32(n: int = 200_000) -> torch.Tensor:
