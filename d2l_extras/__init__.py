@@ -24,7 +24,8 @@ _EXPORTS = {
     # measurements with their noise: one way to time, one comparison, predictions in a band
     "timing": ["Benchmark", "Measurement", "TickClock", "format_seconds", "max_time", "measure",
                "measure_interleaved", "synchronize"],
-    "bands": ["Band", "Comparison", "NOISE_FLOOR", "Prediction", "check_prediction", "compare"],
+    "bands": ["Band", "Comparison", "NOISE_FLOOR", "Prediction", "check_prediction", "compare",
+              "errorbars"],
     "plotting": ["MIN_POINTS", "SLIDE_STYLE", "bar_chart", "log_axis", "plot_memory_timeline",
                  "plot_roofline", "plot_timeline", "seconds_axis", "use_slide_style"],
     "compiler": ["compile_support", "fresh_compile_cache", "gpu_compile_rule",

@@ -213,3 +213,16 @@ def check_prediction(predicted: float, measured: BandLike, tolerance: float) -> 
         raise ValueError(f"check_prediction(): tolerance is a fraction in [0, 1), "
                          f"got {tolerance}")
     return Prediction(predicted, _band(measured), tolerance)
+
+
+def errorbars(values: Iterable[BandLike], scale: float = 1.0) -> list[list[float]]:
+    """Matplotlib's `yerr` for bands: each median's distance to its low and to its high end.
+
+    `scale` converts units as the plot does (1e3 for seconds drawn in ms); a plain number or a
+    Measurement is taken by its band, so a quoted figure gets no whisker.
+    """
+    if _finite(scale, "errorbars(): scale") <= 0:
+        raise ValueError(f"errorbars(): scale must be > 0 (1e3 for ms), got {scale}")
+    bands = [_band(v) for v in values]
+    return [[(b.value - b.low) * scale for b in bands],
+            [(b.high - b.value) * scale for b in bands]]

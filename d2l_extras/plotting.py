@@ -7,7 +7,7 @@ import matplotlib.pyplot as plt
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
 from .hardware import MiB
-from .bands import Band
+from .bands import Band, errorbars
 from .timing import Measurement, format_seconds
 
 # Projected, a slide is about 960 px wide: a 7-inch figure at 100 dpi fills most of it, and 12 pt
@@ -62,10 +62,9 @@ def bar_chart(values: Mapping[str, "float | Band | Measurement"] | Sequence[Meas
         _, ax = plt.subplots(figsize=(max(5.0, 1.6 * len(items)), 3.6))
     names, bands = zip(*items)
     heights = [b.value for b in bands]
-    whiskers = [[b.value - b.low for b in bands], [b.high - b.value for b in bands]]
     measured = any(b.high > b.low for b in bands)
     bars = ax.bar(names, heights, color=[f"C{i}" for i in range(len(items))],
-                  yerr=whiskers if measured else None, capsize=6 if measured else 0,
+                  yerr=errorbars(bands) if measured else None, capsize=6 if measured else 0,
                   error_kw={"elinewidth": 1.5, "ecolor": "black"})
     labels = [format_seconds(h) if seconds else f"{h:.3g}" for h in heights]
     if inside:
@@ -193,8 +192,7 @@ def plot_roofline(bandwidth_gbps: float, peak_gflops: float, kernels: Sequence =
                 xytext=(-4, 4), ha="right", fontsize=MIN_POINTS)
     for i, k in enumerate(kernels):
         band = getattr(k, "gflops_band", None)   # measured kernels: the runs' spread
-        err = None if band is None or band.high <= band.low else \
-            [[max(0.0, k.gflops - band.low)], [max(0.0, band.high - k.gflops)]]
+        err = None if band is None or band.high <= band.low else errorbars([band])
         ax.errorbar(k.intensity, k.gflops, yerr=err, fmt="o", color=f"C{i}", capsize=5,
                     label=k.name)
     ax.set_xscale("log")

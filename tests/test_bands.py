@@ -110,3 +110,22 @@ def test_a_prediction_holds_inside_the_widened_band():
 def test_check_prediction_refuses_nonsense(args, match):
     with pytest.raises(ValueError, match=match):
         dx.check_prediction(*args)
+
+
+def test_errorbars_are_distances_from_each_median_in_the_plots_unit():
+    # a Measurement by its interquartile range (11-13 ms); a quoted 5.0: no whisker
+    bands = [Band(2.0, 1.5, 3.0), m(0.010, 0.012, 0.014), 5.0]
+    low, high = dx.errorbars(bands, scale=1e3)
+    assert low == pytest.approx([500.0, 1.0, 0.0])
+    assert high == pytest.approx([1000.0, 1.0, 0.0])
+    assert dx.errorbars([]) == [[], []]
+
+
+@pytest.mark.parametrize("values, scale, match", [
+    ([Band(1, 0, 2)], 0, "scale must be > 0"),
+    ([Band(1, 0, 2)], float("nan"), "finite"),
+    (["1 ms"], 1.0, "a band or a number"),
+])
+def test_errorbars_refuse_nonsense(values, scale, match):
+    with pytest.raises(ValueError, match=match):
+        dx.errorbars(values, scale)
