@@ -17,10 +17,11 @@ _EXPORTS = {
               "problem_size", "wanted_size"],
     # figures a notebook measured, collected by `make report`
     "report": ["notice", "read_records", "record"],
-    "hardware": ["accelerators", "cpu_name", "default_device", "devices", "expected_gpus",
-                 "fit_to_memory", "free_memory", "hardware_report", "hardware_rows",
-                 "package_source", "platform_name", "positive_number", "square_side",
-                 "whole_number"],
+    "hardware": ["accelerators", "cpu_name", "cuda_arch_supported", "cuda_gpus", "default_device",
+                 "devices",
+                 "expected_gpus", "fit_to_memory", "free_memory", "hardware_report",
+                 "hardware_rows", "package_source", "platform_name", "positive_number",
+                 "square_side", "whole_number"],
     # measurements with their noise: one way to time, one comparison, predictions in a band
     "timing": ["Benchmark", "Measurement", "TickClock", "format_seconds", "max_time", "measure",
                "measure_interleaved", "synchronize"],
@@ -59,8 +60,8 @@ _EXPORTS = {
              "read_idx"],
     "models": ["Residual", "init_weights", "lenet", "lenet_params", "resnet18"],
     "parallel": ["allow_tf32", "allreduce", "evaluate_accuracy", "even_batch_size", "get_params",
-                 "per_process_batch", "replicate", "sgd", "split_batch", "strict_float32",
-                 "train_batch"],
+                 "per_process_batch", "replicate", "set_float32_precision", "sgd", "split_batch",
+                 "strict_float32", "train_batch"],
     # parameter servers: cost model, ring allreduce, sharded key-value store
     "costmodel": ["SCALINGS", "plot_sync_costs", "ring_time", "server_time", "speedup",
                   "step_time", "sync_time", "transfer_time"],

@@ -39,7 +39,7 @@ from typing import Any, Callable, Iterator, MutableMapping, Sequence
 import psutil
 import torch
 
-from .hardware import whole_number
+from .hardware import _cuda_gpus, whole_number
 
 RESULT_ENV = "D2L_RESULT_FILE"
 # Seconds torchrun gets to stop its workers after SIGTERM before everything gets SIGKILL.
@@ -355,20 +355,23 @@ def worker_device(local_world: int, local_rank: int = 0,
                   n_gpus: int | None = None) -> torch.device:
     """The device worker local_rank of local_world on one machine uses (see init_worker).
 
-    Its own GPU when there are at least local_world GPUs (n_gpus; default: those visible) and
-    torch has NCCL (not on Windows or macOS), else the CPU; D2L_BACKEND=gloo asks for the CPU.
+    Its own GPU when there are at least local_world GPUs (n_gpus; default: those visible that
+    this torch build has kernels for) and torch has NCCL (not on Windows or macOS), else the CPU;
+    D2L_BACKEND=gloo asks for the CPU.
     """
     import torch.distributed as dist
 
     local_world = whole_number(local_world, "local_world")
     if not 0 <= local_rank < local_world:
         raise ValueError(f"local_rank must be in 0..{local_world - 1}, got {local_rank}")
-    if n_gpus is None:
-        n_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    # A GPU without kernels in this build (a P100 under a cu130 wheel) would fail at the first
+    # kernel: count only the others, and give worker k the k-th of them.
+    gpus = _cuda_gpus()[0] if n_gpus is None else \
+        list(range(whole_number(n_gpus, "n_gpus", minimum=0)))
     # NCCL needs one GPU per process; with fewer GPUs than processes we fall back to gloo on CPU.
-    if whole_number(n_gpus, "n_gpus", minimum=0) >= local_world \
+    if len(gpus) >= local_world \
             and os.environ.get("D2L_BACKEND", "") != "gloo" and dist.is_nccl_available():
-        return torch.device("cuda", local_rank)
+        return torch.device("cuda", gpus[local_rank])
     return torch.device("cpu")
 
 

@@ -8,10 +8,11 @@ import numbers
 import os
 import pathlib
 import platform
+import re
 import subprocess
 import sys
 
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import psutil
 import torch
@@ -42,13 +43,117 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine() or "unknown CPU"
 
 
+# A CUDA target in torch.cuda.get_arch_list(): sm_XY is a binary (cubin) for compute capability
+# X.Y, compute_XY is PTX; the last digit is the minor (sm_100 is 10.0). Suffix a (sm_90a) marks
+# arch-specific code, f (sm_100f) family-specific code (CUDA 12.9+).
+_CUDA_ARCH = re.compile(r"(sm|compute)_(\d+)([af]?)")
+
+
+def _cuda_arch(entry: str) -> tuple[str, int, int, str] | None:
+    """(kind, major, minor, suffix) of a CUDA arch name, or None for anything else (gfx90a)."""
+    found = _CUDA_ARCH.fullmatch(entry)
+    if not found or len(found.group(2)) < 2:
+        return None
+    digits = found.group(2)
+    return found.group(1), int(digits[:-1]), int(digits[-1]), found.group(3)
+
+
+def cuda_arch_supported(capability: tuple[int, int], arch_list: Sequence[str]) -> bool:
+    """True if a GPU of this compute capability runs code built for these CUDA archs."""
+    if isinstance(capability, (str, bytes)) or not isinstance(capability, Sequence) \
+            or len(capability) != 2 \
+            or any(isinstance(c, bool) or not isinstance(c, numbers.Integral) or c < 0
+                   for c in capability):
+        raise ValueError("cuda_arch_supported(capability, arch_list): capability must be a pair "
+                         "of whole numbers such as (8, 6), as torch.cuda.get_device_capability() "
+                         f"returns; got {capability!r}")
+    if isinstance(arch_list, (str, bytes)) or not isinstance(arch_list, Sequence) \
+            or not all(isinstance(a, str) for a in arch_list):
+        raise ValueError("cuda_arch_supported(capability, arch_list): arch_list must be a list of "
+                         "names such as ['sm_80', 'compute_90'], as torch.cuda.get_arch_list() "
+                         f"returns; got {arch_list!r}")
+    gpu = (int(capability[0]), int(capability[1]))
+    for parsed in map(_cuda_arch, arch_list):
+        if parsed is None:  # not a CUDA target (a ROCm build lists gfx names)
+            continue
+        kind, major, minor, suffix = parsed
+        if suffix == "a":  # arch-specific code runs on exactly that capability
+            runs = (major, minor) == gpu
+        elif kind == "sm" or suffix == "f":  # a binary runs on later minors of its major only
+            runs = major == gpu[0] and minor <= gpu[1]
+        else:  # the driver compiles PTX for any GPU of its capability or newer
+            runs = (major, minor) <= gpu
+        if runs:
+            return True
+    return False
+
+
+def _cuda_gpus() -> tuple[list[int], list[int]]:
+    """Indices of the visible CUDA GPUs this torch build has kernels for, and of the others."""
+    if not torch.cuda.is_available():
+        return [], []
+    usable: list[int] = []
+    lacking: list[int] = []
+    try:
+        archs = torch.cuda.get_arch_list()
+        # get_device_properties makes no CUDA context (mem_get_info would).
+        capabilities = [(p.major, p.minor) for p in map(torch.cuda.get_device_properties,
+                                                        range(torch.cuda.device_count()))]
+    except (AssertionError, AttributeError, RuntimeError):
+        # torch cannot say (it sees no driver after all): keep every GPU, as before this check;
+        # the first kernel then says what is wrong.
+        return list(range(torch.cuda.device_count())), []
+    for i, capability in enumerate(capabilities):
+        # A build that names no CUDA target (an empty list, ROCm's gfx names) tells us nothing:
+        # keep the GPU.
+        if not any(map(_cuda_arch, archs)) or cuda_arch_supported(capability, archs):
+            usable.append(i)
+        else:
+            lacking.append(i)
+    return usable, lacking
+
+
 def accelerators() -> list[torch.device]:
-    """Return every visible accelerator: all CUDA GPUs, else Apple's MPS device, else []."""
+    """Return the accelerators torch can use: CUDA GPUs it has kernels for, else MPS, else []."""
     if torch.cuda.is_available():
-        return [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
+        usable, lacking = _cuda_gpus()
+        if lacking:
+            _no_kernels_notice(lacking, usable)
+        return [torch.device("cuda", i) for i in usable]
     if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
         return [torch.device("mps")]
     return []
+
+
+_told_no_kernels = False
+
+
+def _no_kernels_notice(lacking: list[int], usable: list[int]) -> None:
+    """Say in one line, once per process, which GPUs torch cannot run on and what runs instead.
+
+    A P100 (6.0) or V100 (7.0) under a wheel without sm_60/sm_70 kernels fails at the first
+    kernel with "no kernel image is available"; leaving it out runs the notebooks on the CPU.
+    """
+    global _told_no_kernels
+    if _told_no_kernels:
+        return
+    _told_no_kernels = True
+    names: dict[str, int] = {}
+    for i in lacking:
+        props = torch.cuda.get_device_properties(i)
+        name = f"{props.name} (compute capability {props.major}.{props.minor})"
+        names[name] = names.get(name, 0) + 1
+    who = " and ".join(name if n == 1 else f"{n} x {name}" for name, n in names.items())
+    it = "it" if len(lacking) == 1 else "them"
+    instead = ", ".join(f"cuda:{i}" for i in usable) if usable else "the CPU"
+    print(f"notice: {who} {'has' if len(lacking) == 1 else 'have'} no kernels in this torch "
+          f"build ({' '.join(torch.cuda.get_arch_list())}): running on {instead} instead; "
+          f"a torch wheel built for {it} (e.g. an older CUDA build) would use {it}.")
+
+
+def cuda_gpus() -> list[torch.device]:
+    """Return the CUDA GPUs torch has kernels for (those accelerators() lists), else []."""
+    return [d for d in accelerators() if d.type == "cuda"]
 
 
 def default_device() -> torch.device:
@@ -92,7 +197,13 @@ def fit_to_memory(n: int, bytes_per_item: float, device: torch.device | str | No
 def square_side(wanted: int, count: int = 1, device: torch.device | str | None = None,
                 dtype: torch.dtype = torch.float32, fraction: float = 0.25, minimum: int = 64,
                 budget: int | None = None) -> int:
-    """Side n <= wanted so that `count` n x n matrices use at most `fraction` of free memory."""
+    """Side n <= wanted so that `count` n x n matrices use at most `fraction` of free memory.
+
+    When memory decides, the side is rounded down to a multiple of 64 (of 8 where that would fall
+    below `minimum`): float16 products use cuBLAS's Tensor-Core kernels only for dimensions that
+    are multiples of 8 (16 for int8), and a multiple of 64 leaves no tile of the product partly
+    filled (NVIDIA's "tile quantization"). A side that `wanted` decides is kept as asked.
+    """
     if wanted < 1 or count < 1 or minimum < 1 or not 0 < fraction <= 1:
         raise ValueError("square_side needs wanted >= 1, count >= 1, minimum >= 1 and "
                          f"0 < fraction <= 1; got wanted={wanted}, count={count}, "
@@ -107,7 +218,12 @@ def square_side(wanted: int, count: int = 1, device: torch.device | str | None =
             f"shows something) need {need / 2**20:.1f} MiB, more than {fraction:.0%} of "
             f"{available / GiB:.2f} GiB free. Free memory (close other notebooks), use fewer "
             "matrices, or run on a device with more memory.")
-    return min(wanted, side)
+    if side >= wanted:
+        return wanted
+    for step in (64, 8):
+        if side - side % step >= minimum:
+            return side - side % step
+    return side
 
 
 def whole_number(value: object, what: str, minimum: int = 1) -> int:
@@ -195,7 +311,10 @@ def _check_expected_gpu(report: dict) -> None:
     raise RuntimeError(
         f"{var} says this machine has "
         + ("a CUDA GPU" if wanted == 1 else f"{wanted} CUDA GPUs")
-        + f", but torch sees {found or 'none'} (torch {report['torch']}, "
+        + f", but torch sees {found or 'none'}"
+        + (f" it can use and {len(report['unsupported'])} without kernels in this build"
+           if report.get("unsupported") else "")
+        + f" (torch {report['torch']}, "
         + (f"CUDA build {report['cuda_build']}" if report["cuda_build"] else
            "a CPU-only build: install a CUDA build of torch")
         + (f", CUDA_VISIBLE_DEVICES={visible!r}" if visible is not None else "")
@@ -237,10 +356,14 @@ def hardware_rows(report: dict) -> list[tuple[str, str]]:
     for acc in report["accelerators"]:
         extra = f", compute capability {acc['capability']}" if acc["capability"] else \
             " (shares system RAM)"
-        rows.append((acc["device"], f"{acc['name']}, {_gib(acc['memory'])} "
-                                    f"({_gib(acc['free'])} free){extra}"))
+        free = "free not queried: no context made here" if acc["free"] is None else \
+            f"{_gib(acc['free'])} free"
+        rows.append((acc["device"], f"{acc['name']}, {_gib(acc['memory'])} ({free}){extra}"))
+    for acc in report.get("unsupported", []):
+        rows.append((acc["device"], f"{acc['name']}, {_gib(acc['memory'])}, compute capability "
+                                    f"{acc['capability']}: not supported by this torch build"))
     if not report["accelerators"]:
-        rows.append(("GPU", "none visible"))
+        rows.append(("GPU", "none usable" if report.get("unsupported") else "none visible"))
     build = f"CUDA build {report['cuda_build']}" if report["cuda_build"] else "CPU build"
     rows.append(("torch", f"{report['torch']}, {build}"))
     rows.append(("profile", report["profile"]))
@@ -260,22 +383,34 @@ def hardware_report(verbose: bool = True) -> dict:
         "ram_total": mem.total,
         "ram_available": mem.available,
         "accelerators": [],
+        "unsupported": [],
         "torch": torch.__version__,
         "cuda_build": torch.version.cuda,
         "profile": profile(),
         "platform": platform_name(),
         "source": package_source(),
     }
-    for dev in accelerators():
+    usable = accelerators()
+    # mem_get_info makes a CUDA context on the GPU it asks (0.3-0.5 GB, held until the process
+    # ends), which a DDP worker later using that GPU would lack: ask the current GPU only.
+    current = torch.cuda.current_device() if any(d.type == "cuda" for d in usable) else None
+    for dev in usable:
         if dev.type == "cuda":
-            props = torch.cuda.get_device_properties(dev)
+            props = torch.cuda.get_device_properties(dev)  # makes no context
             report["accelerators"].append({
                 "device": str(dev), "name": props.name, "memory": props.total_memory,
-                "free": free_memory(dev), "capability": f"{props.major}.{props.minor}"})
+                "free": free_memory(dev) if dev.index == current else None,
+                "capability": f"{props.major}.{props.minor}"})
         else:
             report["accelerators"].append({
                 "device": str(dev), "name": "Apple GPU (MPS)", "memory": mem.total,
                 "free": free_memory(dev), "capability": None})
+    # GPUs this torch build has no kernels for: shown, so that "running on the CPU" is explained.
+    for i in _cuda_gpus()[1]:
+        props = torch.cuda.get_device_properties(i)
+        report["unsupported"].append({"device": f"cuda:{i}", "name": props.name,
+                                      "memory": props.total_memory,
+                                      "capability": f"{props.major}.{props.minor}"})
     if verbose:
         lines = []
         for label, text in hardware_rows(report):

@@ -1,3 +1,4 @@
+import concurrent.futures
 import datetime
 import json
 import os
@@ -444,6 +445,31 @@ def test_main_picks_a_free_port_where_torchrun_fills_in_29500(monkeypatch):
     assert len(ports) == 1 and ports[0] != 29500, seen["args"]
 
 
+def test_two_launches_at_once_with_torchruns_old_port_default(worker_dir, monkeypatch):
+    # torchrun 2.6 to 2.11 parse a missing --master-port as 29500 (2.14: None). Every launch
+    # then bound 29500, and a second one at the same time (07 and 08 side by side, or CI)
+    # failed with EADDRINUSE. Here every torchrun started parses as those releases do.
+    (worker_dir / "sitecustomize.py").write_text(textwrap.dedent("""
+        import os
+        if os.environ.get("D2L_TEST_OLD_PORT_DEFAULT"):
+            import torch.distributed.run as run
+            parse = run.parse_args
+
+            def parse_args(args):
+                parsed = parse(args)
+                if parsed.master_port is None:
+                    parsed.master_port = 29500
+                return parsed
+            run.parse_args = parse_args
+    """))
+    monkeypatch.setenv("D2L_TEST_OLD_PORT_DEFAULT", "1")
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        runs = [pool.submit(dx.launch, "ok_worker", 1, timeout=120, echo=False)
+                for _ in range(2)]
+        results = [run.result().result for run in runs]
+    assert results == [{"sum": [1.0, 1.0, 1.0], "world": 1}] * 2
+
+
 def test_single_machine_run_listens_on_loopback_only(worker_dir):
     # torchrun's store and gloo's sockets, seen while the workers wait for a file.
     (worker_dir / "net_worker.py").write_text(textwrap.dedent("""
@@ -550,3 +576,34 @@ def test_run_worker_passes_a_failure_on_and_refuses_a_non_function(monkeypatch):
         dx.run_worker(fail)
     with pytest.raises(TypeError, match="needs a function"):
         dx.run_worker(42)
+
+
+@pytest.fixture
+def built_for(monkeypatch):
+    """Give the GPUs of the `gpus` fixture these compute capabilities, under the pinned wheel."""
+    def pretend(*capabilities, archs=("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120")):
+        monkeypatch.setattr(torch.cuda, "get_arch_list", lambda: list(archs))
+        monkeypatch.setattr(torch.cuda, "get_device_properties",
+                            lambda i: type("Props", (), dict(zip(("major", "minor"),
+                                                                 capabilities[i]))))
+    return pretend
+
+
+def test_worker_device_counts_only_gpus_this_torch_has_kernels_for(gpus, built_for):
+    gpus(2)
+    built_for((6, 0), (6, 0))  # two P100s (Kaggle) under a cu130 wheel: no sm_60 kernels
+    assert [dx.worker_device(2, r) for r in range(2)] == [torch.device("cpu")] * 2
+    assert dx.worker_device(1) == torch.device("cpu")
+    assert dx.worker_device(2, 1, n_gpus=2) == torch.device("cuda", 1)  # told: taken as said
+    built_for((8, 0), (8, 0))  # two A100s
+    assert [dx.worker_device(2, r) for r in range(2)] == [torch.device("cuda", r) for r in (0, 1)]
+
+
+def test_worker_device_skips_a_gpu_without_kernels(gpus, built_for):
+    gpus(3)
+    built_for((7, 0), (9, 0), (8, 6))  # a V100 beside an H100 and an A10G
+    assert [dx.worker_device(2, r) for r in range(2)] == [torch.device("cuda", 1),
+                                                          torch.device("cuda", 2)]
+    assert dx.worker_device(3, 0) == torch.device("cpu")  # two usable GPUs for three workers
+    built_for((7, 0), (9, 0), (8, 6), archs=())  # a build that names no arch: keep them all
+    assert dx.worker_device(3, 0) == torch.device("cuda", 0)

@@ -1,7 +1,9 @@
+import math
 import os
 import pathlib
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -29,6 +31,7 @@ def test_report_lists_each_gpu(monkeypatch, capsys):
         name, total_memory, major, minor = "Fake GPU", 4 * 1024 ** 3, 8, 6
     monkeypatch.setattr(hardware, "accelerators", lambda: [torch.device("cuda", 0)])
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda dev: Props)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(hardware, "free_memory", lambda dev: 3 * 1024 ** 3)
     report = dx.hardware_report()
     assert report["accelerators"][0]["name"] == "Fake GPU"
@@ -155,6 +158,7 @@ def _fake_gpus(monkeypatch, n):
     monkeypatch.setattr(hardware, "accelerators", lambda: [torch.device("cuda", i)
                                                            for i in range(n)])
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda dev: _FakeGPU)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(hardware, "free_memory", lambda dev: 1024 ** 3)
 
 
@@ -211,6 +215,7 @@ def test_expected_gpu_present_passes(monkeypatch):
     monkeypatch.setenv("D2L_EXPECT_GPU", "1")
     monkeypatch.setattr(hardware, "accelerators", lambda: [torch.device("cuda", 0)])
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda dev: _FakeGPU)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(hardware, "free_memory", lambda dev: 1024 ** 3)
     assert dx.hardware_report(verbose=False)["accelerators"][0]["name"] == "Fake GPU"
 
@@ -308,3 +313,188 @@ def test_package_source_tells_a_checkout_from_an_install(tmp_path):
     installed.mkdir(parents=True)
     # Not a checkout: pip's record of the origin (or the folder, where there is none).
     assert dx.package_source(str(installed)).startswith(("installed from ", "installed in "))
+
+
+# --- GPUs the installed torch has no kernels for
+
+# torch.cuda.get_arch_list() of the pinned wheel, torch 2.14.1+cu130.
+PINNED = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]
+GiB = 1024 ** 3
+P100, V100 = ("Tesla P100-PCIE-16GB", (6, 0)), ("Tesla V100-SXM2-16GB", (7, 0))
+A100, H100 = ("NVIDIA A100-SXM4-40GB", (8, 0)), ("NVIDIA H100 80GB HBM3", (9, 0))
+
+
+@pytest.mark.parametrize("capability, arch_list, runs", [
+    ((6, 0), PINNED, False), ((7, 0), PINNED, False),  # P100 (Kaggle), V100
+    ((7, 5), PINNED, True), ((8, 0), PINNED, True), ((9, 0), PINNED, True),
+    ((8, 9), PINNED, True),    # an L4 runs the sm_86 binaries: a later minor, same major
+    ((10, 0), PINNED, True), ((10, 3), PINNED, True), ((12, 1), PINNED, True),  # sm_100 is 10.0
+    ((11, 0), PINNED, False),  # a newer major runs no binary of an older one
+    ((8, 5), ["sm_86"], False),  # nor an earlier minor
+    ((6, 0), ["sm_75", "compute_75"], False), ((7, 0), ["compute_75"], False),
+    ((9, 0), ["sm_75", "compute_75"], True), ((12, 0), ["compute_80"], True),  # PTX: newer GPUs
+    ((9, 0), ["sm_90a"], True), ((10, 0), ["sm_90a", "compute_90a"], False),  # exactly 9.0
+    ((10, 3), ["sm_100f"], True), ((12, 0), ["sm_100f"], False),
+    ((8, 0), [], False), ((9, 0), ["gfx90a", "gfx942"], False),  # no CUDA target at all
+    ([8, 6], ("sm_86",), True),
+])
+def test_cuda_arch_supported(capability, arch_list, runs):
+    assert dx.cuda_arch_supported(capability, arch_list) is runs
+
+
+@pytest.mark.parametrize("bad", [(8,), (8, 0, 0), "86", 8.6, (8.0, 6), (True, 0), (-1, 0), None])
+def test_cuda_arch_supported_wants_a_pair_of_whole_numbers(bad):
+    with pytest.raises(ValueError, match=r"capability must be a pair of whole numbers such as "
+                                         r"\(8, 6\)"):
+        dx.cuda_arch_supported(bad, PINNED)
+
+
+@pytest.mark.parametrize("bad", ["sm_80", None, [80], b"sm_80"])
+def test_cuda_arch_supported_wants_a_list_of_names(bad):
+    with pytest.raises(ValueError, match=r"arch_list must be a list of names such as \['sm_80'"):
+        dx.cuda_arch_supported((8, 0), bad)
+
+
+@pytest.fixture
+def cuda(monkeypatch):
+    """Make torch see the given (name, capability) GPUs, built for `archs` (default PINNED)."""
+    def pretend(*gpus, archs=PINNED):
+        props = [SimpleNamespace(name=name, major=cap[0], minor=cap[1], total_memory=16 * GiB)
+                 for name, cap in gpus]
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "device_count", lambda: len(props))
+        monkeypatch.setattr(torch.cuda, "get_arch_list", lambda: list(archs))
+        monkeypatch.setattr(torch.cuda, "get_device_properties",
+                            lambda dev: props[torch.device("cuda", dev).index
+                                              if isinstance(dev, int) else dev.index])
+        monkeypatch.setattr(hardware, "_told_no_kernels", False)  # a fresh process
+    return pretend
+
+
+def test_a_gpu_without_kernels_is_left_out_and_said_once(cuda, capsys):
+    cuda(P100)
+    assert dx.accelerators() == []
+    out = capsys.readouterr().out
+    assert out == ("notice: Tesla P100-PCIE-16GB (compute capability 6.0) has no kernels in this "
+                   "torch build (sm_75 sm_80 sm_86 sm_90 sm_100 sm_120): running on the CPU "
+                   "instead; a torch wheel built for it (e.g. an older CUDA build) would use it.\n")
+    # Every later look-up falls back to the CPU, silently.
+    assert dx.accelerators() == [] and dx.default_device() == torch.device("cpu")
+    assert dx.devices(1) == [torch.device("cpu")]
+    assert capsys.readouterr().out == ""
+
+
+def test_gpus_with_kernels_are_kept(cuda, capsys):
+    cuda(A100, H100)
+    assert dx.accelerators() == [torch.device("cuda", 0), torch.device("cuda", 1)]
+    assert dx.default_device() == torch.device("cuda", 0)
+    assert capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize("gpu, archs, kept", [
+    (P100, ["compute_75"], False), (V100, ["sm_75", "compute_75"], False),
+    (H100, ["compute_75"], True),    # PTX only: the driver compiles it for the newer GPU
+    (H100, ["sm_90a"], True), (A100, ["sm_90a"], False),
+    (P100, [], True),                # an empty list says nothing: keep the GPU
+    (P100, ["gfx90a"], True),        # nor does a ROCm build's list
+])
+def test_what_is_kept_follows_the_arch_list(cuda, capsys, gpu, archs, kept):
+    cuda(gpu, archs=archs)
+    assert dx.accelerators() == ([torch.device("cuda", 0)] if kept else [])
+    assert ("has no kernels" in capsys.readouterr().out) is not kept
+
+
+def test_only_the_gpus_without_kernels_are_left_out(cuda, capsys):
+    cuda(P100, P100, A100)
+    assert dx.accelerators() == [torch.device("cuda", 2)]
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1
+    assert out.startswith("notice: 2 x Tesla P100-PCIE-16GB (compute capability 6.0) have no "
+                          "kernels") and "running on cuda:2 instead" in out
+    assert "built for them (e.g. an older CUDA build) would use them." in out
+
+
+def test_the_report_shows_a_gpu_without_kernels(cuda, capsys, monkeypatch):
+    cuda(P100)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda dev=None: pytest.fail("a context"))
+    report = dx.hardware_report()
+    assert report["accelerators"] == []
+    assert report["unsupported"] == [{"device": "cuda:0", "name": "Tesla P100-PCIE-16GB",
+                                      "memory": 16 * GiB, "capability": "6.0"}]
+    rows = dx.hardware_rows(report)
+    assert ("cuda:0", "Tesla P100-PCIE-16GB, 16.0 GiB, compute capability 6.0: not supported by "
+                      "this torch build") in rows
+    assert ("GPU", "none usable") in rows and ("GPU", "none visible") not in rows
+    printed = capsys.readouterr().out.splitlines()
+    # The notice, then one line per row: the GPU's once.
+    assert printed[0].startswith("notice: Tesla P100") and len(printed) == len(rows) + 1
+    assert sum("Tesla P100" in line for line in printed[1:]) == 1
+    assert "GPU     : none usable; GPU-only demonstrations are simulated or explained " \
+           "instead" in printed
+
+
+def test_a_runner_whose_gpu_has_no_kernels_is_refused(cuda, monkeypatch):
+    monkeypatch.setenv("D2L_EXPECT_GPU", "1")
+    cuda(V100)
+    with pytest.raises(RuntimeError, match=r"has a CUDA GPU, but torch sees none it can use "
+                                           r"and 1 without kernels in this build \(torch "):
+        dx.hardware_report(verbose=False)
+
+
+# --- free memory: asked of the current GPU only (mem_get_info makes a context)
+
+def test_the_report_makes_no_context_on_the_other_gpus(cuda, monkeypatch, capsys):
+    cuda(H100, H100)
+    asked = []
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "mem_get_info",
+                        lambda dev=None: asked.append(dev) or (70 * GiB, 80 * GiB))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda dev=None: 0)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda dev=None: 0)
+    report = dx.hardware_report()
+    assert asked == [torch.device("cuda", 1)]
+    assert [acc["free"] for acc in report["accelerators"]] == [None, 70 * GiB]
+    out = capsys.readouterr().out
+    assert "cuda:0  : NVIDIA H100 80GB HBM3, 16.0 GiB (free not queried: no context made here), " \
+           "compute capability 9.0" in out
+    assert "cuda:1  : NVIDIA H100 80GB HBM3, 16.0 GiB (70.0 GiB free), compute capability 9.0" \
+        in out
+
+
+# --- square_side: memory-limited sides are multiples of 64
+
+def test_square_side_rounds_a_memory_limited_side_down_to_a_multiple_of_64():
+    # notebook 05's 1024 matrices of float32 on a T4 (14.6 GB free) gave 943: no Tensor-Core
+    # float16 kernel takes a dimension that is not a multiple of 8.
+    budget = int(14.6e9)
+    assert math.isqrt(int(budget * 0.25 // (1024 * 4))) == 943  # the side before rounding
+    assert dx.square_side(2048, count=1024, budget=budget) == 896
+
+
+@pytest.mark.parametrize("count", [1, 3, 22, 51, 1024])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.float64])
+@pytest.mark.parametrize("budget", [int(3.9e9), int(14.6e9), 79 * GiB])
+def test_square_side_is_a_multiple_of_64_when_memory_decides(count, dtype, budget):
+    item = torch.empty((), dtype=dtype).element_size()
+    fitting = math.isqrt(int(budget * 0.25 // (count * item)))
+    side = dx.square_side(10 ** 6, count=count, dtype=dtype, budget=budget)
+    assert side % 64 == 0 and fitting - 64 < side <= fitting
+
+
+def test_square_side_keeps_what_fits_and_never_goes_below_minimum():
+    assert dx.square_side(1000, budget=GiB) == 1000  # wanted decides: unchanged, not 960
+    assert dx.square_side(100, budget=100 ** 2 * 4, fraction=1) == 100  # fits exactly
+    # The side memory allows is 100: 64 is below these minimums, so a multiple of 8, or 100.
+    assert dx.square_side(1000, budget=100 ** 2 * 4, fraction=1, minimum=64) == 64
+    assert dx.square_side(1000, budget=100 ** 2 * 4, fraction=1, minimum=72) == 96
+    assert dx.square_side(1000, budget=100 ** 2 * 4, fraction=1, minimum=99) == 100
+    with pytest.raises(ValueError, match="smallest size"):
+        dx.square_side(1000, budget=100 ** 2 * 4, fraction=1, minimum=101)
+
+
+def test_cuda_gpus_are_the_cuda_accelerators(monkeypatch):
+    devices = [torch.device("cuda", 0), torch.device("cuda", 2)]
+    monkeypatch.setattr(hardware, "accelerators", lambda: devices)
+    assert dx.cuda_gpus() == devices
+    monkeypatch.setattr(hardware, "accelerators", lambda: [torch.device("mps")])
+    assert dx.cuda_gpus() == []

@@ -3,13 +3,16 @@
 `python tools/nbmeta.py notebooks/*.ipynb` rewrites it between the markers below, and
 tests/test_gpusupport.py fails when it is out of date. The rules: Tensor-Core dtypes from
 dx.tensor_core_dtypes (what notebook 04 sweeps), torch.compile from dx.gpu_compile_rule (what
-dx.compile_support checks before compiling), NCCL from dx.worker_device (what dx.init_worker runs).
+dx.compile_support checks before compiling), NCCL from dx.worker_device (what dx.init_worker
+runs), whether the pinned wheel has kernels for a GPU from dx.cuda_arch_supported (what
+dx.accelerators checks before it uses a GPU).
 """
 from __future__ import annotations
 
 import torch
 
 from d2l_extras.compiler import gpu_compile_rule
+from d2l_extras.hardware import cuda_arch_supported
 from d2l_extras.hwbench import tensor_core_dtypes
 
 START, END = "<!-- gpu support: start -->", "<!-- gpu support: end -->"
@@ -26,6 +29,11 @@ GPUS = [
     ("B200", (10, 0), "clouds"),
     ("RTX 50xx", (12, 0), "desktops, laptops"),
 ]
+# The wheel requirements.txt pins, and its torch.cuda.get_arch_list() (torch 2.14.1+cu130 on
+# Linux): the GPUs it has kernels for. tests/test_gpusupport.py checks both against the installed
+# torch when that is this wheel; update them together with the pin.
+PINNED_TORCH = "2.14.1+cu130"
+PINNED_ARCHS = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]
 # What dx.worker_device finds in torch's builds: torch.distributed.is_nccl_available() is True
 # in the Linux CUDA wheels only, so elsewhere several processes use gloo, on the CPU.
 PLATFORMS = [("Linux", "linux", "NCCL, one GPU per process; gloo on the CPU"),
@@ -38,14 +46,21 @@ def _compile(capability: tuple[int, int], platform: str = "linux",
     return "yes" if works else f"no: {reason.split(', this GPU')[0]}"
 
 
+def _pinned(capability: tuple[int, int]) -> str:
+    if cuda_arch_supported(capability, PINNED_ARCHS):
+        return "yes"
+    return "no: the notebooks run on the CPU"
+
+
 def table() -> str:
     """The Markdown tables: what runs on each GPU generation, then on each platform."""
-    rows = ["| GPU | compute capability | where | Tensor-Core dtypes | torch.compile "
-            "| compiled bfloat16 |", "| --- | --- | --- | --- | --- | --- |"]
+    rows = [f"| GPU | compute capability | where | torch {PINNED_TORCH} uses it "
+            "| Tensor-Core dtypes | torch.compile | compiled bfloat16 |",
+            "| --- | --- | --- | --- | --- | --- | --- |"]
     for names, cap, where in GPUS:
         dtypes = ", ".join(tensor_core_dtypes(cap)) or "none (float32 on CUDA cores)"
-        rows.append(f"| {names} | {cap[0]}.{cap[1]} | {where} | {dtypes} | {_compile(cap)} "
-                    f"| {_compile(cap, dtype=torch.bfloat16)} |")
+        rows.append(f"| {names} | {cap[0]}.{cap[1]} | {where} | {_pinned(cap)} | {dtypes} "
+                    f"| {_compile(cap)} | {_compile(cap, dtype=torch.bfloat16)} |")
     rows += ["", "| platform | several processes | torch.compile on a GPU (from 7.0) |",
              "| --- | --- | --- |"]
     for name, key, processes in PLATFORMS:
