@@ -88,7 +88,9 @@ def train(args: argparse.Namespace) -> dict:
     torch.manual_seed(args.seed)  # DDP also broadcasts rank 0's weights when it wraps
     net = TinyGPT(len(text.vocab), args.seq_len, args.d_model, args.heads, args.layers)
     ids = [device] if device.type == "cuda" else None
-    model = DistributedDataParallel(net.to(device), device_ids=ids)
+    # TinyGPT's only buffers are its constant causal masks: broadcasting them from rank 0 at
+    # every forward (DDP's default) would add a collective per step that changes nothing.
+    model = DistributedDataParallel(net.to(device), device_ids=ids, broadcast_buffers=False)
     grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, foreach=True)
 

@@ -198,19 +198,22 @@ def run_sizes(device: str, budget: int | None = None) -> list[str]:
 def run_plan(n_gpus: int, batch_size: int, budget: int | None = None) -> RunPlan:
     """Plan 1 vs k processes for n_gpus GPUs: k = n_gpus (>= 2), else 2 CPU processes.
 
+    batch_size is the global batch of CPU processes. On GPUs each process takes the size
+    policy's ddp_batch instead (k times it in all), so that its step is not launch-bound.
     Each run is sized for the device its processes will use (worker_device, as init_worker
     decides); `budget` (bytes) stands for that device's free memory, as in problem_size.
     """
     n_gpus = whole_number(n_gpus, "n_gpus", minimum=0)
     k = max(n_gpus, 2)
+    per_gpu = problem_size("ddp_batch", "cuda", budget=budget) if n_gpus else 0
     if worker_device(k, n_gpus=n_gpus).type == "cuda":  # a GPU of its own for every process
-        return RunPlan(k, even_batch_size(batch_size, k), "cuda", run_sizes("cuda", budget))
+        return RunPlan(k, k * per_gpu, "cuda", run_sizes("cuda", budget))
     # No GPU per process: k = 2 CPU processes with one thread each (a core stands in for a
     # device), even beside one GPU, whose single process is then timed apart, at a GPU's sizes.
     alone = worker_device(1, n_gpus=n_gpus).type == "cuda"
     return RunPlan(2, even_batch_size(batch_size, 2), "cpu",
                    ["--threads", "1", *run_sizes("cpu", budget)], {"D2L_BACKEND": "gloo"},
-                   run_sizes("cuda", budget) if alone else [])
+                   [*run_sizes("cuda", budget), "--batch-size", str(per_gpu)] if alone else [])
 
 
 def shard_loaders(train_set: Dataset, test_set: Dataset, batch_size: int, world: int, rank: int,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import warnings
 from typing import Callable, Iterable, Iterator, Sequence
 
 import torch
@@ -156,6 +157,35 @@ def allow_tf32(allowed: bool) -> Iterator[None]:
     finally:
         for (settings, name, _), value in zip(switches, saved):
             setattr(settings, name, value)
+
+
+# Inductor's hint when it compiles float32 matmuls for an Ampere or later GPU with TF32 off.
+_TF32_HINT = "TensorFloat32 tensor cores for float32 matrix multiplication available"
+
+
+def set_float32_precision(tf32: bool) -> str:
+    """Choose, from now on, TF32 (True) or full float32 for CUDA float32 matrix products.
+
+    Returns the choice in words; on a GPU where it matters (compute capability 8.0 and later)
+    it is also printed once. Having chosen, Inductor's hint that TF32 is off is not repeated.
+    """
+    if not isinstance(tf32, bool):
+        raise ValueError(f"set_float32_precision() takes True (TF32) or False (full float32), "
+                         f"got {tf32!r}")
+    # The matmul switch only (the first): cuDNN's, set for good through fp32_precision, make
+    # torch raise wherever its code still reads cudnn.allow_tf32 (torch.export does, 2.14).
+    settings, name, value = _tf32_switches(tf32)[0]
+    setattr(settings, name, value)
+    words = ("float32 matrix products as TF32 (10-bit mantissa, Tensor Cores)" if tf32 else
+             "float32 matrix products in full float32 (TF32 off)")
+    warnings.filterwarnings("ignore", message=_TF32_HINT)
+    gpu = torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 0)
+    if gpu:
+        from .report import notice
+
+        notice(f"{words} on {torch.cuda.get_device_name()}, chosen with "
+               f"dx.set_float32_precision(tf32={tf32})")
+    return words
 
 
 @contextlib.contextmanager

@@ -107,7 +107,26 @@ def profile_trace(fn: Callable[[], object], devices: Iterable[torch.device | str
         path.parent.mkdir(parents=True, exist_ok=True)
         prof.export_chrome_trace(str(path))
         with open(path, encoding="utf-8") as f:
-            return json.load(f)
+            trace = json.load(f)
+    _check_kernels_traced(trace)
+    return trace
+
+
+def _check_kernels_traced(trace: dict) -> None:
+    # Kineto records kernels through CUPTI. When CUPTI fails (another profiler holds it, a
+    # driver without profiling rights) it says so only in its log, which we silence: the trace
+    # then holds the CPU's kernel launches but no kernel, and every share of device time built
+    # on it would read as overhead. A launch without any kernel is that failure.
+    events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X"]
+    launches = sum(e.get("cat") in RUNTIME_CATEGORIES and "Launch" in e.get("name", "")
+                   for e in events)
+    kernels = sum(e.get("cat") == "kernel" for e in events)
+    if launches and not kernels:
+        raise RuntimeError(
+            f"the profiler saw {launches} kernel launches but recorded no kernel: CUPTI, which "
+            "traces the GPU, failed. Close other profilers (Nsight, another torch.profiler), "
+            "check that this user may profile the GPU (NVreg_RestrictProfilingToAdminUsers=0), "
+            "and set KINETO_LOG_LEVEL=0 before the first profile to see CUPTI's own message.")
 
 
 def _top_level(events: list[TimelineEvent]) -> list[TimelineEvent]:

@@ -122,10 +122,18 @@ SIZES: dict[str, Experiment] = {
     "ddp_width": Experiment(
         what="channels of the ResNet-18 that notebook 07 trains with DDP", cpu=(8, 16, 32),
         gpu=(16, 64, 64), bytes_per_item=24 * MB, minimum=4),
-    # 07: the training images of each DDP run (every process holds them all, float32 28 x 28).
+    # 07: the images each GPU process takes per step. At 64 a step of ResNet-18 on 28 x 28
+    # images is launch-bound on an A100 or H100 (hundreds of kernels of a few microseconds), so
+    # k processes could not show a speed-up; 256 gives each kernel work enough. Their
+    # activations (55 KB per channel and image) are counted in ddp_width up to 256.
+    "ddp_batch": Experiment(
+        what="images per GPU process and step in notebook 07's DDP runs", cpu=(32, 32, 32),
+        gpu=(128, 256, 256), bytes_per_item=64 * 55_000, minimum=16),
+    # 07: the training images of each DDP run (every process holds them all, float32 28 x 28),
+    # on a GPU enough for several steps of k x 256 per epoch.
     "ddp_images": Experiment(
         what="training images of notebook 07's DDP runs", cpu=(256, 256, 4096),
-        gpu=(1024, 4096, 60000), bytes_per_item=28 * 28 * 4, minimum=64),
+        gpu=(4096, 8192, 60000), bytes_per_item=28 * 28 * 4, minimum=64),
     # 08: the largest message of the ring benchmark, in float32 elements. Each process keeps
     # about 5 copies (input, two results, the timed copy, the receive buffer). On NVLink or
     # NVSwitch the bus bandwidth reaches its plateau only with messages of hundreds of MB.

@@ -39,6 +39,13 @@ def test_one_process_without_torchrun(monkeypatch, capsys):
                 "MASTER_PORT", "D2L_RESULT_FILE"):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("D2L_BACKEND", "gloo")
+    wrapped = []
+
+    def ddp(*args, **kwargs):  # DDP as it is, its options kept
+        wrapped.append(kwargs)
+        return capstone_ddp(*args, **kwargs)
+    capstone_ddp = capstone.DistributedDataParallel
+    monkeypatch.setattr(capstone, "DistributedDataParallel", ddp)
     threads = torch.get_num_threads()
     try:
         capstone.main([*TINY, "--steps", "3", "--comm-steps", "1", "--share", "2"])
@@ -46,6 +53,8 @@ def test_one_process_without_torchrun(monkeypatch, capsys):
         torch.set_num_threads(threads)
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert res["processes"] == 1 and len(res["losses"]) == 3
+    # The causal masks are constant buffers: no broadcast of them at every step.
+    assert [kw.get("broadcast_buffers") for kw in wrapped] == [False]
     assert res["share"] == 2 and res["share_s"] > 0 and res["step_s"] > 0
 
 

@@ -45,7 +45,10 @@ def test_run_plan_for_every_gpu_count(monkeypatch, n_gpus):
     for batch in (64, 128, 256):
         plan = ddp.run_plan(n_gpus, batch, budget=80 * GB)
         assert plan.k == (n_gpus if n_gpus >= 2 else 2)
-        assert plan.batch_size % plan.k == 0 and batch <= plan.batch_size < batch + plan.k
+        if n_gpus >= 2:  # each GPU gets work enough not to be launch-bound
+            assert plan.per_process == dx.problem_size("ddp_batch", "cuda", budget=80 * GB)
+        else:  # the global batch asked for, split evenly
+            assert plan.batch_size % plan.k == 0 and batch <= plan.batch_size < batch + plan.k
         assert plan.per_process * plan.k == plan.batch_size
         assert plan.device == ("cuda" if n_gpus >= 2 else "cpu")
         assert plan.gpu_alone == (n_gpus == 1)
@@ -70,19 +73,23 @@ def test_every_run_of_notebook_07_is_sized_for_the_device_it_uses(monkeypatch, n
             env.setenv(name, value)
         assert {dx.worker_device(n).type for n in (1, plan.k)} == {plan.device}
     cpu, gpu = {"ci": (8, 256), "class": (16, 256), "full": (32, 4096)}[prof], \
-        {"ci": (16, 1024), "class": (64, 4096), "full": (64, 60000)}[prof]
+        {"ci": (16, 4096), "class": (64, 8192), "full": (64, 60000)}[prof]
     sizes = lambda args: (ddp.parse_args(args).width, ddp.parse_args(args).n_train)  # noqa: E731
     assert sizes(plan.args) == (gpu if n_gpus >= 2 else cpu)
     assert plan.width == sizes(plan.args)[0]
+    per_gpu = {"ci": 128, "class": 256, "full": 256}[prof]
+    if n_gpus >= 2:
+        assert plan.per_process == per_gpu
     if n_gpus == 1:  # the lone GPU's run: on the GPU, at its sizes
         assert dx.worker_device(1).type == "cuda" and sizes(plan.gpu_args) == gpu
+        assert ddp.parse_args(plan.gpu_args).batch_size == per_gpu
     else:
         assert plan.gpu_args == []
 
 
 def test_run_sizes_fit_the_memory_of_the_device(monkeypatch):
     monkeypatch.setenv("D2L_PROFILE", "class")
-    assert ddp.run_sizes("cuda", budget=80 * GB) == ["--width", "64", "--n-train", "4096"]
+    assert ddp.run_sizes("cuda", budget=80 * GB) == ["--width", "64", "--n-train", "8192"]
     assert ddp.run_sizes("cpu", budget=80 * GB) == ["--width", "16", "--n-train", "256"]
     # A quarter of 2 GB holds 20 channels of 24 MB: a narrower network, not an error.
     assert ddp.run_sizes("cuda", budget=2 * GB)[:2] == ["--width", "20"]

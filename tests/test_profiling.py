@@ -272,3 +272,17 @@ def test_square_side_bad_arguments(kwargs):
 
 def test_square_side_uses_free_memory_of_the_cpu():
     assert 64 <= dx.square_side(512, count=2, device="cpu") <= 512
+
+
+def test_a_trace_with_launches_but_no_kernel_is_a_cupti_failure():
+    # What a CUDA trace looks like when CUPTI failed: the CPU's launches, no kernel.
+    launch = {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 1, "dur": 2,
+              "args": {"correlation": 7}}
+    op = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 5}
+    with pytest.raises(RuntimeError, match="CUPTI"):
+        profiling._check_kernels_traced({"traceEvents": [op, launch]})
+    kernel = {"ph": "X", "cat": "kernel", "name": "nvjet_hsh_128x256", "ts": 3, "dur": 4,
+              "args": {"correlation": 7}}
+    profiling._check_kernels_traced({"traceEvents": [op, launch, kernel]})  # traced: fine
+    profiling._check_kernels_traced({"traceEvents": [op]})  # a CPU trace: nothing to trace
+    profiling._check_kernels_traced(GPU_TRACE)  # Kineto's format, kernels and all
