@@ -1,5 +1,6 @@
 import concurrent.futures
 import datetime
+import inspect
 import json
 import os
 import signal
@@ -414,20 +415,23 @@ def test_main_serves_torchruns_store_on_loopback_on_one_machine(monkeypatch, arg
     assert _listening(seen["port"]) == []  # the store ended with torchrun
 
 
+def old_port_default(parse):
+    """torchrun's parse_args as torch 2.6 to 2.11 have it: a missing --master-port is 29500."""
+    def parse_args(args):
+        parsed = parse(args)
+        if parsed.master_port is None:
+            parsed.master_port = 29500
+        return parsed
+    return parse_args
+
+
 def test_main_picks_a_free_port_where_torchrun_fills_in_29500(monkeypatch):
     # torchrun 2.6 parses a missing --master-port as 29500: a port another job may hold.
     # The wrapper must still let the OS pick one, hold it, and tell torchrun which.
     import torch.distributed.run as torchrun
     from d2l_extras import distributed
 
-    parse = torchrun.parse_args
-
-    def as_in_2_6(args):
-        parsed = parse(args)
-        if parsed.master_port is None:
-            parsed.master_port = 29500
-        return parsed
-
+    as_in_2_6 = old_port_default(torchrun.parse_args)
     for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "PET_MASTER_PORT"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(torchrun, "parse_args", as_in_2_6)
@@ -449,18 +453,12 @@ def test_two_launches_at_once_with_torchruns_old_port_default(worker_dir, monkey
     # torchrun 2.6 to 2.11 parse a missing --master-port as 29500 (2.14: None). Every launch
     # then bound 29500, and a second one at the same time (07 and 08 side by side, or CI)
     # failed with EADDRINUSE. Here every torchrun started parses as those releases do.
-    (worker_dir / "sitecustomize.py").write_text(textwrap.dedent("""
+    (worker_dir / "sitecustomize.py").write_text(inspect.getsource(old_port_default)
+                                                  + textwrap.dedent("""
         import os
         if os.environ.get("D2L_TEST_OLD_PORT_DEFAULT"):
             import torch.distributed.run as run
-            parse = run.parse_args
-
-            def parse_args(args):
-                parsed = parse(args)
-                if parsed.master_port is None:
-                    parsed.master_port = 29500
-                return parsed
-            run.parse_args = parse_args
+            run.parse_args = old_port_default(run.parse_args)
     """))
     monkeypatch.setenv("D2L_TEST_OLD_PORT_DEFAULT", "1")
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
