@@ -14,6 +14,7 @@ Started without torchrun (python -m d2l_extras.capstone), it trains in this one 
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import sys
 
@@ -38,6 +39,14 @@ def _positive(kind: type):
             raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
         return value
     return parse
+
+
+# TinyGPT's only buffers are its constant causal masks: broadcasting them from rank 0 at every
+# forward (DDP's default) would add a collective per step that changes nothing. torch 2.15
+# renames the switch forward_sync_buffers and warns at the old name.
+_NO_BUFFER_SYNC = ({"forward_sync_buffers": False} if "forward_sync_buffers"
+                   in inspect.signature(DistributedDataParallel).parameters
+                   else {"broadcast_buffers": False})
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -88,9 +97,7 @@ def train(args: argparse.Namespace) -> dict:
     torch.manual_seed(args.seed)  # DDP also broadcasts rank 0's weights when it wraps
     net = TinyGPT(len(text.vocab), args.seq_len, args.d_model, args.heads, args.layers)
     ids = [device] if device.type == "cuda" else None
-    # TinyGPT's only buffers are its constant causal masks: broadcasting them from rank 0 at
-    # every forward (DDP's default) would add a collective per step that changes nothing.
-    model = DistributedDataParallel(net.to(device), device_ids=ids, broadcast_buffers=False)
+    model = DistributedDataParallel(net.to(device), device_ids=ids, **_NO_BUFFER_SYNC)
     grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, foreach=True)
 

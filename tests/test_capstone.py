@@ -53,8 +53,12 @@ def test_one_process_without_torchrun(monkeypatch, capsys):
         torch.set_num_threads(threads)
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert res["processes"] == 1 and len(res["losses"]) == 3
-    # The causal masks are constant buffers: no broadcast of them at every step.
-    assert [kw.get("broadcast_buffers") for kw in wrapped] == [False]
+    # The causal masks are constant buffers: no broadcast of them at every step, under the
+    # switch's name in this torch (forward_sync_buffers from 2.15).
+    switches = [{k: v for k, v in kw.items() if k in ("broadcast_buffers",
+                                                      "forward_sync_buffers")}
+                for kw in wrapped]
+    assert switches == [capstone._NO_BUFFER_SYNC] and False in switches[0].values()
     assert res["share"] == 2 and res["share_s"] > 0 and res["step_s"] > 0
 
 
