@@ -18,6 +18,7 @@ import psutil
 import torch
 
 from .profiles import DESCRIPTIONS, profile
+from .report import notice
 
 MiB, GiB = 1024 ** 2, 1024 ** 3
 
@@ -125,19 +126,12 @@ def accelerators() -> list[torch.device]:
     return []
 
 
-_told_no_kernels = False
-
-
 def _no_kernels_notice(lacking: list[int], usable: list[int]) -> None:
     """Say in one line, once per process, which GPUs torch cannot run on and what runs instead.
 
     A P100 (6.0) or V100 (7.0) under a wheel without sm_60/sm_70 kernels fails at the first
     kernel with "no kernel image is available"; leaving it out runs the notebooks on the CPU.
     """
-    global _told_no_kernels
-    if _told_no_kernels:
-        return
-    _told_no_kernels = True
     names: dict[str, int] = {}
     for i in lacking:
         props = torch.cuda.get_device_properties(i)
@@ -146,9 +140,9 @@ def _no_kernels_notice(lacking: list[int], usable: list[int]) -> None:
     who = " and ".join(name if n == 1 else f"{n} x {name}" for name, n in names.items())
     it = "it" if len(lacking) == 1 else "them"
     instead = ", ".join(f"cuda:{i}" for i in usable) if usable else "the CPU"
-    print(f"notice: {who} {'has' if len(lacking) == 1 else 'have'} no kernels in this torch "
-          f"build ({' '.join(torch.cuda.get_arch_list())}): running on {instead} instead; "
-          f"a torch wheel built for {it} (e.g. an older CUDA build) would use {it}.")
+    notice(f"{who} {'has' if len(lacking) == 1 else 'have'} no kernels in this torch build "
+           f"({' '.join(torch.cuda.get_arch_list())}): running on {instead} instead; a torch "
+           f"wheel built for {it} (e.g. an older CUDA build) would use {it}.")
 
 
 def cuda_gpus() -> list[torch.device]:

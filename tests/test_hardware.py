@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import d2l_extras as dx
-from d2l_extras import hardware
+from d2l_extras import hardware, report
 
 
 def test_report_has_the_essentials(capsys):
@@ -367,7 +367,7 @@ def cuda(monkeypatch):
         monkeypatch.setattr(torch.cuda, "get_device_properties",
                             lambda dev: props[torch.device("cuda", dev).index
                                               if isinstance(dev, int) else dev.index])
-        monkeypatch.setattr(hardware, "_told_no_kernels", False)  # a fresh process
+        monkeypatch.setattr(report, "_NOTICED", set())  # a fresh process: no notice given yet
     return pretend
 
 
