@@ -195,7 +195,7 @@ def memory_regime(operand_bytes: int, cache_bytes: int | None, live: int = 3) ->
     One eager operator reads one or two operands and writes a third, so about `live` operands
     of `operand_bytes` must stay in the cache for the passes to be served from it.
     """
-    from .hardware import whole_number
+    from .checks import whole_number
 
     operand_bytes = whole_number(operand_bytes, "memory_regime(): operand_bytes")
     live = whole_number(live, "memory_regime(): live")

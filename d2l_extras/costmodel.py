@@ -14,7 +14,7 @@ from typing import Sequence
 import matplotlib.pyplot as plt
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator
 
-from .hardware import positive_number, whole_number
+from .checks import non_negative_number, positive_number, whole_number
 from .plotting import MIN_POINTS
 
 STRATEGIES = ("one_gpu", "cpu", "sharded", "ring")
@@ -88,7 +88,7 @@ def step_time(k: int, compute_time: float, grad_bytes: float, bandwidth: float) 
     an upper bound for DDP, whose buckets hide part of it.
     """
     k = whole_number(k, "k (number of devices)")
-    compute_time = positive_number(compute_time, "compute_time (seconds)", zero=True)
+    compute_time = non_negative_number(compute_time, "compute_time (seconds)")
     return compute_time + (ring_time(grad_bytes, k, [bandwidth]) if k > 1 else 0.0)
 
 
@@ -112,7 +112,7 @@ def speedup(k: int, compute_1: float, grad_bytes: float, bandwidth: float,
         compute_k = compute_1 / k if scaling == "strong" else compute_1
     # The work per device never takes less than its share: no speed-up above k, unexplained.
     share = compute_1 / k if scaling == "strong" else compute_1
-    compute_k = max(positive_number(compute_k, "compute_k (seconds)", zero=True), share)
+    compute_k = max(non_negative_number(compute_k, "compute_k (seconds)"), share)
     tk = step_time(k, compute_k, grad_bytes, bandwidth)
     return (1 if scaling == "strong" else k) * t1 / tk
 

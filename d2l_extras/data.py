@@ -21,7 +21,7 @@ import torch
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, Subset, TensorDataset
 
-from .hardware import whole_number
+from .checks import whole_number
 from .profiles import by_profile
 from .report import notice as _notice
 
@@ -220,7 +220,7 @@ def load_images(n_train: int | None = None, n_test: int | None = None, source: s
     else:
         arrays, name = _read_digits(), "digits"
         head = "Data: scikit-learn's handwritten digits (8x8, resized to 28x28)"
-        if why:  # a fixed sentence, so that dx.notice says it once per process
+        if why:  # a fixed sentence, so that notice() says it once per process
             fallback = (f"Fashion-MNIST could not be downloaded ({why}): using scikit-learn's "
                         f"digits" if download else
                         f"Fashion-MNIST is not cached ({why}): using scikit-learn's digits")

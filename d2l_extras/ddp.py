@@ -4,7 +4,7 @@ torchrun starts the processes (on one machine `python -m d2l_extras.distributed`
 rendezvous store kept on 127.0.0.1); each joins the
 process group (NCCL when every process has its own GPU, else gloo on the CPU), trains on its
 share of every batch (DistributedSampler), and DDP sums the gradients while backward runs.
-Rank 0 prints one line per epoch and hands a result dict back (dx.save_result).
+Rank 0 prints one line per epoch and hands a result dict back (save_result).
 
 One machine, 2 processes (from a notebook: dx.launch("d2l_extras.ddp", 2, ["--epochs", "2"])):
     python -m d2l_extras.distributed --nproc-per-node=2 -m d2l_extras.ddp --epochs 2
@@ -33,7 +33,7 @@ from torch.utils.data.distributed import DistributedSampler
 
 from .data import SOURCES, default_sizes, load_images
 from .distributed import init_worker, run_worker, worker_device
-from .hardware import whole_number
+from .checks import whole_number
 from .models import init_weights, resnet18
 from .parallel import even_batch_size, per_process_batch
 from .profiles import by_profile

@@ -39,7 +39,8 @@ from typing import Any, Callable, Iterator, MutableMapping, Sequence
 import psutil
 import torch
 
-from .hardware import _cuda_gpus, whole_number
+from .checks import whole_number
+from .hardware import _cuda_gpus
 
 RESULT_ENV = "D2L_RESULT_FILE"
 # Seconds torchrun gets to stop its workers after SIGTERM before everything gets SIGKILL.

@@ -17,6 +17,7 @@ from typing import Mapping, Sequence
 import psutil
 import torch
 
+from .checks import whole_number
 from .profiles import DESCRIPTIONS, profile
 from .report import notice
 
@@ -218,23 +219,6 @@ def square_side(wanted: int, count: int = 1, device: torch.device | str | None =
         if side - side % step >= minimum:
             return side - side % step
     return side
-
-
-def whole_number(value: object, what: str, minimum: int = 1) -> int:
-    """Return value as an int if it is a whole number >= minimum; else a ValueError naming `what`."""
-    # bool is an int subclass, but devices(True) is surely a mistake.
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"{what} must be a whole number >= {minimum}, got {value!r}")
-    return int(value)
-
-
-def positive_number(value: object, what: str, zero: bool = False) -> float:
-    """Return value as a float if it is finite and > 0 (>= 0 if zero); else a ValueError."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isinf(value) \
-            or not (value >= 0 if zero else value > 0):
-        raise ValueError(f"{what} must be a finite number {'>=' if zero else '>'} 0, "
-                         f"got {value!r}")
-    return float(value)
 
 
 def devices(n: int) -> list[torch.device]:

@@ -24,7 +24,8 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 
-from .hardware import default_device, fit_to_memory, whole_number
+from .checks import whole_number
+from .hardware import default_device, fit_to_memory
 from .profiles import by_profile
 from .sizes import problem_size
 from .bands import Band

@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from .distributed import wait_for
-from .hardware import whole_number
+from .checks import whole_number
 
 COMMIT_FILE = "committed.json"
 ACK_LOG = "acks.log"

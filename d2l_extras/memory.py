@@ -14,7 +14,8 @@ from typing import Callable, Iterable
 
 import torch
 
-from .hardware import MiB, whole_number
+from .checks import whole_number
+from .hardware import MiB
 from .profiling import profile_trace
 from .timing import synchronize
 

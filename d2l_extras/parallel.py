@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .hardware import whole_number
+from .checks import whole_number
 from .models import lenet
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .hardware import positive_number
+from .checks import non_negative_number, positive_number
 
 # The three terms of the model, and the name of the regime where each one is the largest.
 REGIMES = {"overhead": "overhead-bound", "memory": "memory-bound", "compute": "compute-bound"}
@@ -30,8 +30,8 @@ class PerformanceModel:
     def terms(self, flops: float, n_bytes: float) -> dict[str, float]:
         """Seconds of one call under each limit alone: 'overhead', 'memory' and 'compute'."""
         # Work may be zero (a call that moves nothing still pays its overhead), never negative.
-        flops = positive_number(flops, "PerformanceModel: flops", zero=True)
-        n_bytes = positive_number(n_bytes, "PerformanceModel: n_bytes", zero=True)
+        flops = non_negative_number(flops, "PerformanceModel: flops")
+        n_bytes = non_negative_number(n_bytes, "PerformanceModel: n_bytes")
         return {"overhead": self.overhead_s, "memory": n_bytes / self.bandwidth,
                 "compute": flops / self.peak}
 

@@ -221,7 +221,7 @@ def log_axis(ax: plt.Axes, plain: bool = True) -> plt.Axes:
 
 def plot_memory_timeline(timeline, ax: plt.Axes | None = None, title: str | None = None,
                          label: str = "allocated") -> plt.Axes:
-    """Draw MiB over time from a dx.MemoryTimeline: allocated, reserved (CUDA), shaded phases."""
+    """Draw MiB over time from a MemoryTimeline (memory.py): allocated, reserved (CUDA), shaded phases."""
     times, allocated = list(timeline.times), list(timeline.allocated)
     if len(times) != len(allocated) or len(times) < 2:
         raise ValueError("plot_memory_timeline() needs a timeline with at least one allocation "

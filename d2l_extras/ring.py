@@ -175,7 +175,7 @@ def process_counts(gpus: int) -> list[int]:
     neighbour keeps the bus bandwidth level; one shared machine divides it by the count), and
     every count is a job that takes seconds to start. With exactly 2 GPUs there is one count.
     """
-    from .hardware import whole_number
+    from .checks import whole_number
 
     gpus = whole_number(gpus, "gpus (0 on a CPU-only machine)", minimum=0)
     if gpus < 2:
@@ -192,7 +192,7 @@ def message_sizes_mb(nproc: int, gpus: int, count: int = 4, budget: int | None =
     `budget` stands for one GPU's free bytes, so that GPU cases can be tested anywhere.
     """
     from .distributed import worker_device
-    from .hardware import whole_number
+    from .checks import whole_number
     from .sizes import problem_size
 
     nproc = whole_number(nproc, "nproc")

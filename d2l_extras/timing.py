@@ -25,7 +25,8 @@ from typing import Callable, Iterable, Mapping
 import torch
 
 from .bands import Band
-from .hardware import accelerators, whole_number
+from .checks import whole_number
+from .hardware import accelerators
 from .profiles import by_profile
 
 # --- a false alarm, silenced at its source

@@ -14,7 +14,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint as _checkpoint
 
-from .hardware import free_memory, whole_number
+from .checks import whole_number
+from .hardware import free_memory
 from .profiles import PROFILES, profile
 from .sizes import device_kind
 

@@ -9,7 +9,7 @@ from d2l_extras.bands import Band
 
 def m(*warm, name="m"):
     """A Measurement whose warm runs are given: what a machine of known noise would measure."""
-    return dx.Measurement(name, cold=max(warm), warm=list(warm))
+    return dx.timing.Measurement(name, cold=max(warm), warm=list(warm))
 
 
 def test_band_of_samples_is_median_and_interquartile_range():

@@ -41,18 +41,18 @@ def test_read_idx_roundtrip(tmp_path, compress):
     X = np.arange(2 * 3 * 4, dtype=np.uint8).reshape(2, 3, 4)
     path = tmp_path / ("x.idx.gz" if compress else "x.idx")
     write_idx(path, X, compress)
-    np.testing.assert_array_equal(dx.read_idx(path), X)
+    np.testing.assert_array_equal(dx.data.read_idx(path), X)
 
 
 def test_read_idx_rejects_bad_files(tmp_path):
     bad = tmp_path / "bad"
     bad.write_bytes(b"\x00\x00\x0d\x01" + struct.pack(">i", 1) + b"\x00" * 4)  # float32 code
     with pytest.raises(ValueError, match="not an IDX file"):
-        dx.read_idx(bad)
+        dx.data.read_idx(bad)
     short = tmp_path / "short"
     short.write_bytes(b"\x00\x00\x08\x01" + struct.pack(">i", 10) + b"\x00" * 3)
     with pytest.raises(ValueError, match="truncated"):
-        dx.read_idx(short)
+        dx.data.read_idx(short)
 
 
 @pytest.mark.parametrize("compress", [False, True])
@@ -130,9 +130,9 @@ def test_profile_sizes(monkeypatch):
 
 def test_data_dir_env(monkeypatch, tmp_path):
     monkeypatch.setenv("D2L_DATA_DIR", str(tmp_path))
-    assert dx.data_dir() == tmp_path
+    assert dx.data.data_dir() == tmp_path
     monkeypatch.delenv("D2L_DATA_DIR")
-    assert dx.data_dir().parts[-2:] == (".cache", "d2l-extras")
+    assert dx.data.data_dir().parts[-2:] == (".cache", "d2l-extras")
 
 
 def test_offline_probe_is_quick():

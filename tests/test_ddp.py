@@ -317,13 +317,13 @@ def _sync_bn_worker(rank, world, port, queue):
                       (synced.weight.grad - ref.weight.grad).abs().max().item(),
                       (synced.running_var - ref.running_var).abs().max().item(),
                       float(type(synced).__name__ == "GlooSyncBatchNorm2d")]))
-    dx.finish_worker()
+    dx.distributed.finish_worker()
 
 
 def test_gloo_sync_batchnorm_equals_batchnorm_on_the_whole_batch():
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    port = dx.free_port()
+    port = dx.distributed.free_port()
     procs = [ctx.Process(target=_sync_bn_worker, args=(r, 2, port, queue)) for r in range(2)]
     for p in procs:
         p.start()
@@ -350,7 +350,7 @@ def train_alone(monkeypatch, argv):
     monkeypatch.setenv("D2L_PROFILE", "ci")
     monkeypatch.setenv("D2L_BACKEND", "gloo")
     for name, value in dict(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
-                            MASTER_ADDR="127.0.0.1", MASTER_PORT=str(dx.free_port())).items():
+                            MASTER_ADDR="127.0.0.1", MASTER_PORT=str(dx.distributed.free_port())).items():
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("D2L_RESULT_FILE", raising=False)
     threads = torch.get_num_threads()
@@ -428,7 +428,7 @@ def test_time_comm_takes_each_pass_with_the_given_loss(monkeypatch, capsys):
     from torch.nn.parallel import DistributedDataParallel
     for name, value in dict(D2L_BACKEND="gloo", RANK="0", WORLD_SIZE="1", LOCAL_RANK="0",
                             LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
-                            MASTER_PORT=str(dx.free_port())).items():
+                            MASTER_PORT=str(dx.distributed.free_port())).items():
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("D2L_RESULT_FILE", raising=False)
     rows = []
@@ -441,7 +441,7 @@ def test_time_comm_takes_each_pass_with_the_given_loss(monkeypatch, capsys):
         dx.init_worker(30)
         model = DistributedDataParallel(nn.Linear(3, 1))
         return ddp.time_comm(model, torch.randn(6, 3), torch.randn(6), 2, [6, 4], loss=squared)
-    dx.run_worker(work)
+    dx.distributed.run_worker(work)
     comm = json.loads(capsys.readouterr().out)
     # Per batch: a warm-up each way, then 2 synced and 2 no_sync passes, all with this loss.
     assert rows == [6] * 6 + [4] * 6

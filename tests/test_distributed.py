@@ -33,8 +33,8 @@ def worker_dir(tmp_path, monkeypatch):
         dist.all_reduce(t)
         print(f"rank {rank} of {world}: {t.tolist()}", flush=True)
         if rank == 0:
-            dx.save_result({"sum": t.tolist(), "world": world})
-        dx.finish_worker()
+            dx.distributed.save_result({"sum": t.tolist(), "world": world})
+        dx.distributed.finish_worker()
     """))
     (tmp_path / "bad_worker.py").write_text(textwrap.dedent("""
         import torch, torch.distributed as dist
@@ -51,9 +51,9 @@ def worker_dir(tmp_path, monkeypatch):
         if rank == 1:
             time.sleep(1)  # rank 0 leaves while its all_reduce still waits for rank 1
         dist.all_reduce(torch.ones(1000), async_op=True)  # only gloo's thread holds the tensor
-        dx.finish_worker()
+        dx.distributed.finish_worker()
         if rank == 0:
-            dx.save_result({"left": not dist.is_initialized()})
+            dx.distributed.save_result({"left": not dist.is_initialized()})
     """))
     # Each worker starts a child that ignores SIGTERM (as a slow daemon might), writes both
     # pids with their start times to D2L_PID_DIR, then sleeps, fails (rank 1) or exits.
@@ -142,14 +142,14 @@ def pid_dir(tmp_path):
 
 
 def test_free_port_is_bindable():
-    port = dx.free_port()
+    port = dx.distributed.free_port()
     with socket.socket() as s:
         s.bind(("127.0.0.1", port))
 
 
 def test_finish_worker_outside_a_group_does_nothing():
     assert not torch.distributed.is_initialized()
-    assert dx.finish_worker() is None
+    assert dx.distributed.finish_worker() is None
 
 
 class FakeWork:
@@ -169,7 +169,7 @@ def test_wait_for_orders_the_stream_on_nccl_and_bounds_the_wait_on_gloo(
     # NCCL's wait(timeout) polls the GPU with a sleep between polls: never pass one there.
     monkeypatch.setattr(torch.distributed, "get_backend", lambda group=None: backend)
     work = FakeWork()
-    dx.wait_for(work, LIMIT)
+    dx.distributed.wait_for(work, LIMIT)
     assert work.waits == [expected]
 
 
@@ -357,7 +357,7 @@ def _inet_sockets(processes):
 def test_loopback_store_listens_on_127_0_0_1_only():
     from d2l_extras.distributed import _loopback_store
 
-    port = dx.free_port()
+    port = dx.distributed.free_port()
     store = _loopback_store("127.0.0.1", port)
     store.set("key", "value")
     listening = [c.laddr for c in psutil.Process().net_connections(kind="inet")
@@ -395,7 +395,7 @@ def test_main_serves_torchruns_store_on_loopback_on_one_machine(monkeypatch, arg
 
     for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
         monkeypatch.delenv(name, raising=False)  # restored afterwards
-    argv = [a.replace("PORT", str(dx.free_port())) for a in argv]
+    argv = [a.replace("PORT", str(dx.distributed.free_port())) for a in argv]
     seen = {}
 
     def fake_torchrun(args):  # what torchrun would find when it starts its store
@@ -482,7 +482,7 @@ def test_single_machine_run_listens_on_loopback_only(worker_dir):
         while not (folder / "done").exists() and time.monotonic() < end:
             time.sleep(0.05)
         dist.barrier()
-        dx.finish_worker()
+        dx.distributed.finish_worker()
     """))
     sockets = []
 
@@ -514,7 +514,7 @@ def test_env_reaches_the_workers_and_wins_over_defaults(worker_dir):
         import d2l_extras as dx
         rank, world, device = dx.init_worker(timeout_s=30)
         if rank == 0:
-            dx.save_result({k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "D2L_TEST_FLAG")})
+            dx.distributed.save_result({k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "D2L_TEST_FLAG")})
     """))
     run = dx.launch("env_worker", 1, timeout=120, echo=False,
                     env={"OMP_NUM_THREADS": "3", "D2L_TEST_FLAG": "yes"})
@@ -556,7 +556,7 @@ def test_run_worker_alone_is_a_group_of_one_and_prints_its_result(monkeypatch, c
         seen.update(os.environ)
         return {"answer": 42}
     monkeypatch.setenv("MASTER_ADDR", "10.0.0.9")  # the caller's own setting
-    dx.run_worker(work)
+    dx.distributed.run_worker(work)
     assert seen["RANK"] == "0" and seen["WORLD_SIZE"] == "1"
     assert seen["MASTER_ADDR"] == "127.0.0.1"
     assert json.loads(capsys.readouterr().out) == {"answer": 42}
@@ -571,9 +571,9 @@ def test_run_worker_passes_a_failure_on_and_refuses_a_non_function(monkeypatch):
     def fail():
         raise RuntimeError("broken on purpose")
     with pytest.raises(RuntimeError, match="on purpose"):
-        dx.run_worker(fail)
+        dx.distributed.run_worker(fail)
     with pytest.raises(TypeError, match="needs a function"):
-        dx.run_worker(42)
+        dx.distributed.run_worker(42)
 
 
 @pytest.fixture

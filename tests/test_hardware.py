@@ -72,7 +72,7 @@ def test_devices_rejects_bad_counts(bad):
 def test_default_device_and_free_memory():
     dev = dx.default_device()
     assert dev in dx.accelerators() or dev == torch.device("cpu")
-    assert dx.free_memory("cpu") > 0
+    assert dx.hardware.free_memory("cpu") > 0
 
 
 def test_free_memory_counts_the_allocators_cache_as_free(monkeypatch):
@@ -86,14 +86,14 @@ def test_free_memory_counts_the_allocators_cache_as_free(monkeypatch):
     monkeypatch.setattr(torch.cuda, "mem_get_info", answer((2 * GiB, 16 * GiB)))
     monkeypatch.setattr(torch.cuda, "memory_reserved", answer(6 * GiB))
     monkeypatch.setattr(torch.cuda, "memory_allocated", answer(1 * GiB))
-    assert dx.free_memory("cuda:1") == 7 * GiB
+    assert dx.hardware.free_memory("cuda:1") == 7 * GiB
     assert set(asked) == {torch.device("cuda", 1)}  # every figure is that GPU's
     assert dx.fit_to_memory(10 ** 12, 1, "cuda:1", fraction=1) == 7 * GiB
 
 
 def test_free_memory_rejects_unknown_device():
     with pytest.raises(ValueError, match="cpu, cuda and mps"):
-        dx.free_memory("meta")
+        dx.hardware.free_memory("meta")
 
 
 def test_fit_to_memory_shrinks_to_budget():
@@ -118,17 +118,6 @@ def test_fit_to_memory_bad_arguments(kwargs):
         dx.fit_to_memory(**args)
 
 
-@pytest.mark.parametrize("value", [1, 7, np.int64(3)])
-def test_whole_number_accepts_counts(value):
-    assert dx.whole_number(value, "k") == int(value)
-
-
-@pytest.mark.parametrize("bad", [0, -2, 2.0, "3", None, True])
-def test_whole_number_names_what_was_wrong(bad):
-    with pytest.raises(ValueError, match="k must be a whole number >= 1"):
-        dx.whole_number(bad, "k")
-
-
 class _FakeGPU:
     name, total_memory, major, minor = "Fake GPU", 8 * 1024 ** 3, 9, 0
 
@@ -145,13 +134,13 @@ def no_gpu_promised(monkeypatch):
     ({"D2L_EXPECT_GPUS": "4"}, 4), ({"D2L_EXPECT_GPUS": " 2 ", "D2L_EXPECT_GPU": "1"}, 2),
     ({"D2L_EXPECT_GPUS": "0", "D2L_EXPECT_GPU": "1"}, 0), ({"D2L_EXPECT_GPUS": ""}, 0)])
 def test_expected_gpus_reads_the_count_or_the_flag(environ, expected):
-    assert dx.expected_gpus(environ) == expected
+    assert dx.hardware.expected_gpus(environ) == expected
 
 
 @pytest.mark.parametrize("value", ["two", "-1", "1.5"])
 def test_expected_gpus_rejects_what_is_not_a_count(value):
     with pytest.raises(ValueError, match=r"D2L_EXPECT_GPUS='.*': set it to the number"):
-        dx.expected_gpus({"D2L_EXPECT_GPUS": value})
+        dx.hardware.expected_gpus({"D2L_EXPECT_GPUS": value})
 
 
 def _fake_gpus(monkeypatch, n):
@@ -243,7 +232,7 @@ FAKE = {"cpu": "Fake CPU", "cores": 4, "logical_cores": 8, "torch_threads": 4,
 
 
 def test_hardware_rows_describe_every_part():
-    assert dx.hardware_rows(FAKE) == [
+    assert dx.hardware.hardware_rows(FAKE) == [
         ("CPU", "Fake CPU, 4 cores (8 logical, torch uses 4 threads)"),
         ("RAM", "16.0 GiB total, 12.0 GiB available"),
         ("cuda:0", "Fake GPU, 24.0 GiB (20.0 GiB free), compute capability 8.9"),
@@ -251,41 +240,18 @@ def test_hardware_rows_describe_every_part():
         ("torch", "2.6.0+cu124, CUDA build 12.4"),
         ("profile", "class")]
     cpu_only = dict(FAKE, accelerators=[], cuda_build=None)
-    assert ("GPU", "none visible") in dx.hardware_rows(cpu_only)
-    assert ("torch", "2.6.0+cu124, CPU build") in dx.hardware_rows(cpu_only)
+    assert ("GPU", "none visible") in dx.hardware.hardware_rows(cpu_only)
+    assert ("torch", "2.6.0+cu124, CPU build") in dx.hardware.hardware_rows(cpu_only)
 
 
 def test_the_printed_report_is_its_rows(capsys, monkeypatch):
     monkeypatch.delenv("D2L_EXPECT_GPU", raising=False)
     report = dx.hardware_report()
     printed = capsys.readouterr().out.splitlines()
-    rows = dx.hardware_rows(report)
+    rows = dx.hardware.hardware_rows(report)
     assert len(printed) == len(rows)
     for line, (label, text) in zip(printed, rows):
         assert line.startswith(f"{label:<8}: {text}"), (line, label, text)
-
-
-def test_whole_number_takes_a_minimum():
-    assert dx.whole_number(0, "gpus", minimum=0) == 0
-    with pytest.raises(ValueError, match=r"gpus must be a whole number >= 0, got -1"):
-        dx.whole_number(-1, "gpus", minimum=0)
-    with pytest.raises(ValueError, match=r"n must be a whole number >= 1, got 0"):
-        dx.whole_number(0, "n")
-
-
-def test_positive_number_refuses_what_cannot_be_measured():
-    assert dx.positive_number(3, "size") == 3.0
-    for bad in (0, -1.5, float("nan"), float("inf"), True, "3", None):
-        with pytest.raises(ValueError, match="size must be a finite number > 0"):
-            dx.positive_number(bad, "size")
-
-
-def test_positive_number_with_zero_accepts_none_of_an_amount_only():
-    assert dx.positive_number(0, "work", zero=True) == 0.0
-    assert dx.positive_number(2.5, "work", zero=True) == 2.5
-    for bad in (-1e-9, float("nan"), float("inf"), False, "0", None):
-        with pytest.raises(ValueError, match="work must be a finite number >= 0"):
-            dx.positive_number(bad, "work", zero=True)
 
 
 @pytest.mark.parametrize("environ,home,name", [
@@ -295,24 +261,24 @@ def test_positive_number_with_zero_accepts_none_of_an_amount_only():
     ({"HOME": "/home/ann"}, "/home/ann", "local"),
 ])
 def test_platform_is_recognised(environ, home, name):
-    assert dx.platform_name(environ, home) == name
+    assert dx.hardware.platform_name(environ, home) == name
 
 
 def test_report_names_the_platform_and_where_d2l_extras_comes_from(capsys):
     report = dx.hardware_report()
-    assert report["platform"] == dx.platform_name()
+    assert report["platform"] == dx.hardware.platform_name()
     assert f"platform: {report['platform']}, d2l_extras from the checkout" in \
         capsys.readouterr().out
     assert ("platform", "Colab, d2l_extras installed from https://x/y.zip") in \
-        dx.hardware_rows(dict(FAKE, platform="Colab", source="installed from https://x/y.zip"))
+        dx.hardware.hardware_rows(dict(FAKE, platform="Colab", source="installed from https://x/y.zip"))
 
 
 def test_package_source_tells_a_checkout_from_an_install(tmp_path):
-    assert dx.package_source().startswith("from the checkout ")
+    assert dx.hardware.package_source().startswith("from the checkout ")
     installed = tmp_path / "site-packages" / "d2l_extras"
     installed.mkdir(parents=True)
     # Not a checkout: pip's record of the origin (or the folder, where there is none).
-    assert dx.package_source(str(installed)).startswith(("installed from ", "installed in "))
+    assert dx.hardware.package_source(str(installed)).startswith(("installed from ", "installed in "))
 
 
 # --- GPUs the installed torch has no kernels for
@@ -421,7 +387,7 @@ def test_the_report_shows_a_gpu_without_kernels(cuda, capsys, monkeypatch):
     assert report["accelerators"] == []
     assert report["unsupported"] == [{"device": "cuda:0", "name": "Tesla P100-PCIE-16GB",
                                       "memory": 16 * GiB, "capability": "6.0"}]
-    rows = dx.hardware_rows(report)
+    rows = dx.hardware.hardware_rows(report)
     assert ("cuda:0", "Tesla P100-PCIE-16GB, 16.0 GiB, compute capability 6.0: not supported by "
                       "this torch build") in rows
     assert ("GPU", "none usable") in rows and ("GPU", "none visible") not in rows

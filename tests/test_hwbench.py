@@ -560,7 +560,7 @@ def test_unknown_device_raises():
 
 
 def test_exported_from_package():
-    assert dx.copy_bandwidth is hb.copy_bandwidth and dx.plot_roofline
+    assert dx.hwbench.copy_bandwidth is hb.copy_bandwidth and dx.plot_roofline
     assert dx.measure is timing.measure and dx.roofline is hb.roofline
 
 

@@ -20,10 +20,10 @@ def one_process_group():
     lo = loopback_interface()
     if lo:
         os.environ["GLOO_SOCKET_IFNAME"] = lo
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{dx.free_port()}", rank=0,
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{dx.distributed.free_port()}", rank=0,
                             world_size=1, timeout=datetime.timedelta(seconds=30))
     yield
-    dx.finish_worker()
+    dx.distributed.finish_worker()
     if old is None:
         os.environ.pop("GLOO_SOCKET_IFNAME", None)
     else:

@@ -40,9 +40,9 @@ def test_training_state_bytes_names_the_optimizers_it_knows():
 
 def test_tensor_bytes_counts_each_storage_once():
     a, b = torch.zeros(100), torch.zeros(10, dtype=torch.float64)
-    assert dx.tensor_bytes([a, a[:10], a.view(10, 10).t(), None, b]) == 400 + 80
+    assert dx.memory.tensor_bytes([a, a[:10], a.view(10, 10).t(), None, b]) == 400 + 80
     with pytest.raises(TypeError, match="counts tensors"):
-        dx.tensor_bytes([a, [1, 2]])
+        dx.memory.tensor_bytes([a, [1, 2]])
 
 
 def small_net():
@@ -64,9 +64,9 @@ def test_model_and_optimizer_state_match_a_hand_count():
     assert any(v.dim() == 0 for s in opt.state.values() for v in s.values())
     sgd = torch.optim.SGD(net.parameters(), lr=0.1)
     sgd.step()
-    assert dx.optimizer_state_bytes(sgd) == 0
+    assert dx.memory.optimizer_state_bytes(sgd) == 0
     with pytest.raises(TypeError, match="Optimizer"):
-        dx.optimizer_state_bytes(net)
+        dx.memory.optimizer_state_bytes(net)
 
 
 def test_saved_tensors_match_a_hand_count_and_are_released_by_backward():
@@ -116,7 +116,7 @@ def test_memory_events_follow_the_cpu_allocations_and_phases():
         phase("forward", 1000, 20), phase("backward", 1020, 30), phase("other", 1000, 5),
         cpu_event(1010, 300), cpu_event(1005, 100), cpu_event(1030, -300),
         cuda_event(1040, 999, 2048)]}
-    tl = dx.memory_events(trace, "cpu", phases=("forward", "backward"))
+    tl = dx.memory.memory_events(trace, "cpu", phases=("forward", "backward"))
     assert tl.allocated == [0, 100, 400, 100] and tl.peak == 400
     assert tl.times == pytest.approx([0, 5e-6, 10e-6, 30e-6])
     assert tl.reserved is None
@@ -128,17 +128,17 @@ def test_memory_events_on_cuda_keep_one_device_and_its_reserve():
     trace = {"traceEvents": [cuda_event(10, 512, 2 * MiB + 8 * MiB),
                              cuda_event(11, 4096, 99, device=1),
                              cuda_event(12, -512, 2 * MiB + 8 * MiB), cpu_event(13, 64)]}
-    tl = dx.memory_events(trace, "cuda:0", reserved_before=8 * MiB)
+    tl = dx.memory.memory_events(trace, "cuda:0", reserved_before=8 * MiB)
     assert tl.allocated == [0, 512, 0]
     assert tl.reserved == [0, 2 * MiB, 2 * MiB]
-    assert dx.memory_events(trace, "cuda:0").reserved == [0, 0, 0]  # first event as the start
+    assert dx.memory.memory_events(trace, "cuda:0").reserved == [0, 0, 0]  # first event as the start
 
 
 def test_memory_events_refuse_what_they_cannot_read():
     with pytest.raises(ValueError, match="traceEvents"):
-        dx.memory_events({"events": []})
+        dx.memory.memory_events({"events": []})
     with pytest.raises(ValueError, match="measure on the CPU"):
-        dx.memory_events({"traceEvents": []}, "mps")
+        dx.memory.memory_events({"traceEvents": []}, "mps")
 
 
 def test_peak_memory_on_the_cpu_sees_a_workload_of_known_size():
@@ -259,7 +259,7 @@ def test_the_toy_allocator_refuses_bad_requests(bad):
 
 
 def test_plot_memory_timeline_draws_from_zero_with_readable_phases():
-    tl = dx.MemoryTimeline([0.0, 1e-3, 2e-3], [0, 3 * MiB, MiB], [0, 4 * MiB, 4 * MiB],
+    tl = dx.memory.MemoryTimeline([0.0, 1e-3, 2e-3], [0, 3 * MiB, MiB], [0, 4 * MiB, 4 * MiB],
                            [("forward", 0.0, 1e-3), ("backward", 1e-3, 2e-3)])
     ax = dx.plot_memory_timeline(tl, title="step")
     assert ax.get_ylim()[0] == 0 and ax.get_ylim()[1] >= 4
@@ -268,4 +268,4 @@ def test_plot_memory_timeline_draws_from_zero_with_readable_phases():
     assert all(t.get_fontsize() >= dx.MIN_POINTS for t in legend)
     plt.close("all")
     with pytest.raises(ValueError, match="at least one allocation"):
-        dx.plot_memory_timeline(dx.MemoryTimeline([0.0], [0], None))
+        dx.plot_memory_timeline(dx.memory.MemoryTimeline([0.0], [0], None))

@@ -10,8 +10,8 @@ def test_lenet_shapes_and_seed():
     params = dx.lenet_params()
     assert [tuple(p.shape) for p in params][::2] == [(20, 1, 3, 3), (50, 20, 5, 5), (800, 128),
                                                      (128, 10)]
-    assert dx.lenet(torch.rand(4, 1, 28, 28), params).shape == (4, 10)
-    assert dx.lenet(torch.rand(0, 1, 28, 28), params).shape == (0, 10)  # an empty shard
+    assert dx.models.lenet(torch.rand(4, 1, 28, 28), params).shape == (4, 10)
+    assert dx.models.lenet(torch.rand(0, 1, 28, 28), params).shape == (0, 10)  # an empty shard
     torch.testing.assert_close(dx.lenet_params(seed=3)[0], dx.lenet_params(seed=3)[0])
     assert dx.lenet_params(scale=0.01)[0].std() < 0.02  # the book's initialization
 

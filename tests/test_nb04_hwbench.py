@@ -1,6 +1,6 @@
 """Notebook 04 writes copy_rate, gather_times, axpy_times, matmul_gflops and random_read_times
 itself: each counts the same bytes, FLOPs and elements as its tested twin in d2l_extras.hwbench
-(issue 16: such checks leave the lesson). Both run on a fake clock, dx.TickClock(), which
+(issue 16: such checks leave the lesson). Both run on a fake clock, dx.timing.TickClock(), which
 advances one second at every read: every timed stretch then "lasts" exactly one second, so a
 rate is exactly what was counted, whatever the load on the machine.
 
@@ -29,35 +29,35 @@ def nb():
 
 @pytest.mark.parametrize("n_bytes", [4096, MiB])
 def test_copy_rate_counts_like_dx(nb, n_bytes):
-    ours = nb["copy_rate"](n_bytes, clock=dx.TickClock())
-    ref = dx.copy_bandwidth(n_bytes, "cpu", clock=dx.TickClock())
+    ours = nb["copy_rate"](n_bytes, clock=dx.timing.TickClock())
+    ref = dx.hwbench.copy_bandwidth(n_bytes, "cpu", clock=dx.timing.TickClock())
     assert ours.value == pytest.approx(ref.giga), "copy_rate counts other bytes"
 
 
 def test_gather_times_counts_like_dx(nb):
-    ours = nb["gather_times"](4096, MiB, clock=dx.TickClock())
-    ref = dx.gather_time(4096, MiB, "cpu", clock=dx.TickClock())
+    ours = nb["gather_times"](4096, MiB, clock=dx.timing.TickClock())
+    ref = dx.hwbench.gather_time(4096, MiB, "cpu", clock=dx.timing.TickClock())
     assert [b.value for b in ours] == pytest.approx([ref.random_s, ref.contiguous_s]), \
         "gather_times counts other elements"
 
 
 def test_axpy_times_counts_like_dx(nb):
-    ours = nb["axpy_times"](1000, clock=dx.TickClock())
-    ref = dx.loop_vs_vectorized(1000, clock=dx.TickClock())
+    ours = nb["axpy_times"](1000, clock=dx.timing.TickClock())
+    ref = dx.hwbench.loop_vs_vectorized(1000, clock=dx.timing.TickClock())
     assert [b.value for b in ours] == pytest.approx([ref.loop_s, ref.vector_s])
 
 
 @pytest.mark.parametrize("n", [16, 64])
 def test_matmul_gflops_counts_like_dx(nb, n):
-    ours = nb["matmul_gflops"](n, clock=dx.TickClock())
-    ref = dx.matmul_rate(n, "float32", "cpu", clock=dx.TickClock())
+    ours = nb["matmul_gflops"](n, clock=dx.timing.TickClock())
+    ref = dx.matmul_rate(n, "float32", "cpu", clock=dx.timing.TickClock())
     assert ours.value == pytest.approx(ref.giga)
 
 
 def test_random_read_times_counts_like_dx(nb):
     sizes = [4096, MiB]
-    ours = nb["random_read_times"](sizes, 1024, clock=dx.TickClock())
-    ref = dx.cache_sweep(sizes, 1024, clock=dx.TickClock()).seconds
+    ours = nb["random_read_times"](sizes, 1024, clock=dx.timing.TickClock())
+    ref = dx.hwbench.cache_sweep(sizes, 1024, clock=dx.timing.TickClock()).seconds
     assert [b.value for b in ours] == pytest.approx(ref)
 
 
@@ -138,7 +138,7 @@ def h100_kernels(add_gbps=3000, mv_gbps=3000, mm_tflops=50):
               ("matrix-vector", 2 * m * m, 4 * (m * m + 2 * m), m,
                mv_gbps * 1e9 / (4 * (m * m + 2 * m))),
               ("matrix-matrix", 2 * k ** 3, 12 * k * k, k, mm_tflops * 1e12 / (2 * k ** 3))]
-    return [dx.Kernel(name, flops, nbytes, 1 / calls, size)
+    return [dx.hwbench.Kernel(name, flops, nbytes, 1 / calls, size)
             for name, flops, nbytes, size, calls in counts]
 
 

@@ -22,13 +22,13 @@ def batch(n, seed=1):
 def test_lenet_equals_dx(nb):
     params = dx.lenet_params(seed=0)
     X, _ = batch(3)
-    torch.testing.assert_close(nb["lenet"](X, params), dx.lenet(X, params), rtol=0, atol=0)
+    torch.testing.assert_close(nb["lenet"](X, params), dx.models.lenet(X, params), rtol=0, atol=0)
 
 
 def test_get_params_equals_dx(nb):
     params = dx.lenet_params(seed=0)
     for d in dx.devices(2):
-        mine, ref = nb["get_params"](params, d), dx.get_params(params, d)
+        mine, ref = nb["get_params"](params, d), dx.parallel.get_params(params, d)
         for p, q, orig in zip(mine, ref, params):
             torch.testing.assert_close(p, q)
             assert p.device == q.device and p.requires_grad and p.is_leaf and p.grad is None
@@ -43,7 +43,7 @@ def test_allreduce_equals_dx(nb, k):
     mine = [v.to(d, copy=True) for v, d in zip(values, devices)]
     ref = [v.to(d, copy=True) for v, d in zip(values, devices)]
     nb["allreduce"](mine)
-    dx.allreduce(ref)
+    dx.parallel.allreduce(ref)
     for a, b in zip(mine, ref):
         torch.testing.assert_close(a, b)
 
@@ -70,9 +70,9 @@ def test_train_batch_equals_dx(nb, k):
     X, y = batch(25)
     with dx.strict_float32():
         mine = [nb["get_params"](params, d) for d in devices]
-        ref = [dx.get_params(params, d) for d in devices]
+        ref = [dx.parallel.get_params(params, d) for d in devices]
         torch.testing.assert_close(nb["train_batch"](X, y, mine, devices, lr=0.5),
-                                   dx.train_batch(X, y, ref, devices, lr=0.5))
+                                   dx.parallel.train_batch(X, y, ref, devices, lr=0.5))
     for copy_mine, copy_ref in zip(mine, ref):
         for p, q in zip(copy_mine, copy_ref):
             torch.testing.assert_close(p, q)

@@ -1,15 +1,38 @@
 """The package re-exports every public name, and its worker modules run without warnings."""
+import json
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 import d2l_extras as dx
 
+ROOT = Path(__file__).resolve().parents[1]
 
-@pytest.mark.parametrize("name", dx.__all__)
-def test_every_export_resolves(name):
-    assert getattr(dx, name) is not None
+
+def test_every_export_resolves():
+    missing = [name for name in dx.__all__ if getattr(dx, name, None) is None]
+    assert not missing, f"exported but not defined: {missing}"
+
+
+def _callers() -> dict[str, str]:
+    """Source of what uses the package: notebooks' code cells, images, benchmarks, tools."""
+    files = {p: p.read_text(encoding="utf-8") for folder in ("images", "benchmarks", "tools")
+             for p in (ROOT / folder).glob("*.py")}
+    for path in (ROOT / "notebooks").glob("*.ipynb"):
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        files[path] = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    return files
+
+
+def test_the_exports_are_what_notebooks_and_tools_call():
+    used = {name for text in _callers().values() for name in re.findall(r"\bdx\.(\w+)", text)}
+    modules = set(dx.__dir__()) - set(dx.__all__)
+    assert used - set(dx.__all__) - modules == set(), "used but not exported: export them"
+    assert set(dx.__all__) - used == set(), "exported but used by no notebook or tool: keep " \
+        "them in their module (tests reach them as dx.MODULE.NAME)"
 
 
 def test_unknown_name_is_an_attribute_error():
@@ -28,4 +51,20 @@ def test_worker_module_runs_without_runpy_warning():
 
 
 def test_modules_are_reachable_as_attributes():
-    assert dx.kvstore.KVStore is dx.KVStore and "ring" in dir(dx)
+    assert dx.kvstore.committed_step is dx.committed_step and "ring" in dir(dx)
+
+
+def test_contributing_maps_every_module_and_its_names():
+    text = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    section = text.split("## Where things live", 1)[1].split("\n## ", 1)[0]
+    entries = re.findall(r"^- `(\w+)\.py`: (.*(?:\n  .*)*)", section, flags=re.M)
+    listed = [module for module, _ in entries]
+    modules = sorted(p.stem for p in (ROOT / "d2l_extras").glob("*.py") if p.stem != "__init__")
+    assert sorted(listed) == modules, "list each module of d2l_extras once in CONTRIBUTING.md"
+    for module, line in entries:
+        names = re.findall(r"`(\w+)`", line.split(":", 1)[1])
+        assert names, f"{module}.py: name what to look for there"
+        source = (ROOT / "d2l_extras" / f"{module}.py").read_text(encoding="utf-8")
+        for name in names:
+            assert re.search(rf"^(def|class) {name}\b|^{name}\b.*=", source, flags=re.M), \
+                f"CONTRIBUTING.md says {module}.py defines {name}; it does not"

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 def test_get_params_copies_with_gradients():
     params = dx.lenet_params()
-    copies = dx.get_params(params, CPU)
+    copies = dx.parallel.get_params(params, CPU)
     assert all(c.requires_grad and c.is_leaf and c.grad is None for c in copies)
     copies[0].data.add_(1)
     assert not torch.equal(copies[0], params[0])  # a copy, not a view
@@ -25,11 +25,11 @@ def test_get_params_copies_with_gradients():
 
 def test_allreduce_sums_and_broadcasts():
     data = [torch.ones(1, 2) * (i + 1) for i in range(3)]
-    dx.allreduce(data)
+    dx.parallel.allreduce(data)
     for t in data:
         torch.testing.assert_close(t, torch.full((1, 2), 6.0))
     single = [torch.arange(3.0)]
-    dx.allreduce(single)
+    dx.parallel.allreduce(single)
     torch.testing.assert_close(single[0], torch.arange(3.0))
 
 
@@ -41,13 +41,13 @@ def test_allreduce_sums_and_broadcasts():
 ])
 def test_allreduce_rejects_bad_input(bad, match):
     with pytest.raises(ValueError, match=match):
-        dx.allreduce(bad)
+        dx.parallel.allreduce(bad)
 
 
 def test_allreduce_rejects_the_same_tensor_twice():
     t = torch.ones(2)
     with pytest.raises(ValueError, match="twice"):
-        dx.allreduce([t, t])
+        dx.parallel.allreduce([t, t])
 
 
 @pytest.mark.parametrize("n, k, sizes", [(4, 2, [2, 2]), (10, 3, [4, 3, 3]), (7, 4, [2, 2, 2, 1]),
@@ -85,10 +85,10 @@ def test_k_device_step_equals_one_device_step(k, n):
     X, y = _batch(n)
     params = dx.lenet_params()
     with dx.strict_float32():
-        one = [dx.get_params(params, CPU)]
-        dx.train_batch(X, y, one, [CPU], lr=0.5)
-        many = [dx.get_params(params, CPU) for _ in range(k)]
-        dx.train_batch(X, y, many, [CPU] * k, lr=0.5)
+        one = [dx.parallel.get_params(params, CPU)]
+        dx.parallel.train_batch(X, y, one, [CPU], lr=0.5)
+        many = [dx.parallel.get_params(params, CPU) for _ in range(k)]
+        dx.parallel.train_batch(X, y, many, [CPU] * k, lr=0.5)
     for copy in many:  # every replica holds the one-device result
         for p_k, p_1 in zip(copy, one[0]):
             torch.testing.assert_close(p_k, p_1)
@@ -102,21 +102,21 @@ def test_train_batch_uses_the_allreduce_it_is_given():
 
     def counting(data):  # the reference allreduce, counted
         calls.append(len(data))
-        dx.allreduce(data)
+        dx.parallel.allreduce(data)
 
-    ref = [dx.get_params(params, CPU) for _ in range(3)]
-    dx.train_batch(X, y, ref, [CPU] * 3, lr=0.5)
-    mine = [dx.get_params(params, CPU) for _ in range(3)]
-    dx.train_batch(X, y, mine, [CPU] * 3, lr=0.5, allreduce=counting)
+    ref = [dx.parallel.get_params(params, CPU) for _ in range(3)]
+    dx.parallel.train_batch(X, y, ref, [CPU] * 3, lr=0.5)
+    mine = [dx.parallel.get_params(params, CPU) for _ in range(3)]
+    dx.parallel.train_batch(X, y, mine, [CPU] * 3, lr=0.5, allreduce=counting)
     assert calls == [3] * len(params)  # once per parameter, with one tensor per device
     for p, q in zip(mine[0], ref[0]):
         torch.testing.assert_close(p, q)
     # An allreduce that does nothing leaves each copy with its own shard's gradient.
-    lazy = [dx.get_params(params, CPU) for _ in range(3)]
-    dx.train_batch(X, y, lazy, [CPU] * 3, lr=0.5, allreduce=lambda data: None)
+    lazy = [dx.parallel.get_params(params, CPU) for _ in range(3)]
+    dx.parallel.train_batch(X, y, lazy, [CPU] * 3, lr=0.5, allreduce=lambda data: None)
     assert not torch.allclose(lazy[0][0], lazy[1][0])
     with pytest.raises(TypeError, match="allreduce must be a function"):
-        dx.train_batch(X, y, lazy, [CPU] * 3, lr=0.5, allreduce="ring")
+        dx.parallel.train_batch(X, y, lazy, [CPU] * 3, lr=0.5, allreduce="ring")
 
 
 @pytest.mark.parametrize("k", range(1, 9))
@@ -127,12 +127,12 @@ def test_even_batch_size(k):
 
 
 def test_per_process_batch_splits_evenly_or_names_a_batch_that_does():
-    assert dx.per_process_batch(64, 4) == 16 and dx.per_process_batch(7, 1) == 7
+    assert dx.parallel.per_process_batch(64, 4) == 16 and dx.parallel.per_process_batch(7, 1) == 7
     with pytest.raises(ValueError, match="does not split evenly over 3 processes; "
                                          "use a multiple of 3, e.g. 66"):
-        dx.per_process_batch(64, 3)
+        dx.parallel.per_process_batch(64, 3)
     with pytest.raises(ValueError, match="k must be a whole number"):
-        dx.per_process_batch(64, 0)
+        dx.parallel.per_process_batch(64, 0)
 
 
 def test_even_batch_size_rejects_bad_input():
@@ -234,7 +234,7 @@ def test_allow_tf32_on_this_torch_warns_nothing_and_restores():
 def test_train_batch_rejects_missing_copies():
     X, y = _batch(4)
     with pytest.raises(ValueError, match="one parameter copy per device"):
-        dx.train_batch(X, y, [dx.get_params(dx.lenet_params(), CPU)], [CPU, CPU], lr=0.1)
+        dx.parallel.train_batch(X, y, [dx.parallel.get_params(dx.lenet_params(), CPU)], [CPU, CPU], lr=0.1)
 
 
 def test_sgd_step():
@@ -250,8 +250,8 @@ def test_evaluate_accuracy_on_k_devices(k):
     params = dx.lenet_params()
     X, y = _batch(21)  # 21 test images: uneven over most k, fewer than 8 per slice
     batches = [(X[:13], y[:13]), (X[13:], y[13:])]
-    expected = (dx.lenet(X, params).argmax(1) == y).float().mean().item()
-    nets = [lambda X: dx.lenet(X, params)] * k
+    expected = (dx.models.lenet(X, params).argmax(1) == y).float().mean().item()
+    nets = [lambda X: dx.models.lenet(X, params)] * k
     assert dx.evaluate_accuracy(nets, batches, [CPU] * k) == pytest.approx(expected)
 
 
@@ -267,7 +267,7 @@ def test_evaluate_accuracy_split_equals_single():
     assert dx.evaluate_accuracy(replicas, batches, [CPU] * 3) == pytest.approx(expected)
     assert net.training  # the mode is restored
     params = dx.lenet_params()
-    fn = [lambda x: dx.lenet(x, params)] * 2
+    fn = [lambda x: dx.models.lenet(x, params)] * 2
     assert 0 <= dx.evaluate_accuracy(fn, batches, [CPU] * 2) <= 1
     with pytest.raises(ValueError, match="one model per device"):
         dx.evaluate_accuracy([net], batches, [CPU] * 2)

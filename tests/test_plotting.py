@@ -15,14 +15,14 @@ def test_bar_chart_from_mapping():
 
 
 def test_bar_chart_from_measurements_uses_median():
-    m = dx.Measurement("x", cold=1.0, warm=[3.0, 1.0, 2.0])
+    m = dx.timing.Measurement("x", cold=1.0, warm=[3.0, 1.0, 2.0])
     ax = dx.bar_chart([m], log=True)
     assert ax.patches[0].get_height() == 2.0 and ax.get_yscale() == "log"
     plt.close("all")
 
 
 def test_measured_bars_carry_whiskers_over_their_interquartile_range():
-    m = dx.Measurement("x", cold=1.0, warm=[1.0, 2.0, 3.0, 4.0, 5.0])   # 3, quartiles 2 and 4
+    m = dx.timing.Measurement("x", cold=1.0, warm=[1.0, 2.0, 3.0, 4.0, 5.0])   # 3, quartiles 2 and 4
     ax = dx.bar_chart({"measured": m, "quoted": 2.5, "band": dx.Band(1.0, 0.5, 1.5)})
     bars = next(c for c in ax.containers if isinstance(c, BarContainer))
     lines = bars.errorbar.lines[2][0].get_segments()
@@ -69,10 +69,10 @@ def test_slide_style_sets_readable_sizes_and_returns_the_old_ones():
         assert plt.rcParams["font.size"] >= dx.MIN_POINTS
         assert all(plt.rcParams[k] >= dx.MIN_POINTS for k in
                    ("xtick.labelsize", "ytick.labelsize", "legend.fontsize", "axes.labelsize"))
-        assert tuple(plt.rcParams["figure.figsize"]) == dx.SLIDE_STYLE["figure.figsize"]
+        assert tuple(plt.rcParams["figure.figsize"]) == dx.plotting.SLIDE_STYLE["figure.figsize"]
     finally:
         plt.rcParams.update(old)
-    assert set(old) == set(dx.SLIDE_STYLE)
+    assert set(old) == set(dx.plotting.SLIDE_STYLE)
 
 
 def _texts(fig):

@@ -56,7 +56,7 @@ def test_tf32_has_float32_range_and_float16_precision():
 
 
 def test_a_wrong_format_does_not_match_finfo():
-    wrong = dx.FloatFormat("float16", exponent=5, mantissa=9, dtype=torch.float16)
+    wrong = dx.precision.FloatFormat("float16", exponent=5, mantissa=9, dtype=torch.float16)
     assert dx.format_limits(wrong)["eps"] != torch.finfo(torch.float16).eps
     assert dx.format_limits(wrong)["max"] != torch.finfo(torch.float16).max
     # e4m3fn read as an IEEE format (top exponent for inf and NaN) would stop at 240, not 448

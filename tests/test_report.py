@@ -17,14 +17,14 @@ def test_records_are_appended_in_order(monkeypatch, tmp_path):
     monkeypatch.setenv("D2L_REPORT_DIR", str(tmp_path / "run"))
     dx.record("a", 1, "s", "first", notebook="01")
     dx.record("b", 2.5, "GB/s")
-    rows = dx.read_records(tmp_path / "run")
+    rows = dx.report.read_records(tmp_path / "run")
     assert [(r["key"], r["value"], r["unit"]) for r in rows] == [("a", 1.0, "s"), ("b", 2.5, "GB/s")]
     assert rows[0]["note"] == "first" and rows[0]["notebook"] == "01"
     json.loads((tmp_path / "run" / "records.jsonl").read_text().splitlines()[1])
 
 
 def test_reading_an_empty_directory_gives_nothing(tmp_path):
-    assert dx.read_records(tmp_path) == []
+    assert dx.report.read_records(tmp_path) == []
 
 
 @pytest.mark.parametrize("key", ["", "two words", "1st", None])
@@ -41,9 +41,9 @@ def test_values_that_were_not_measured_are_refused(value):
 
 def test_a_notice_prints_once_on_one_line(capsys):
     message = "Fashion-MNIST could not be downloaded:\n  using digits (test_report)"
-    assert dx.notice(message) is True
-    assert dx.notice(message) is False
-    assert dx.notice(" ".join(message.split())) is False  # the same line, however wrapped
+    assert dx.report.notice(message) is True
+    assert dx.report.notice(message) is False
+    assert dx.report.notice(" ".join(message.split())) is False  # the same line, however wrapped
     out = capsys.readouterr().out
     assert out == "notice: Fashion-MNIST could not be downloaded: using digits (test_report)\n"
 
@@ -51,4 +51,4 @@ def test_a_notice_prints_once_on_one_line(capsys):
 @pytest.mark.parametrize("bad", ["", "   ", None, 3])
 def test_a_notice_needs_a_message(bad):
     with pytest.raises(ValueError, match="non-empty string"):
-        dx.notice(bad)
+        dx.report.notice(bad)

@@ -36,7 +36,7 @@ def test_summary_of_a_fake_records_file(tmp_path):
             {"notebook": "04-hardware", "seconds": 3.0, "error": "cell 5: ValueError: boom",
              "alarms": [(7, "cuda-home", "No CUDA runtime is found, using CUDA_HOME='/x'")]},
             {"notebook": "08-parameter-servers", "seconds": 20.0, "error": None, "alarms": []}]
-    summary = rp.summarize(runs, dx.read_records(tmp_path), HARDWARE, profile="class")
+    summary = rp.summarize(runs, dx.report.read_records(tmp_path), HARDWARE, profile="class")
     by_name = {nb["notebook"]: nb for nb in summary["notebooks"]}
     assert [r["key"] for r in by_name["01-compilers"]["records"]] == ["fusion_speedup",
                                                                       "compile_ratio"]
@@ -125,7 +125,7 @@ def test_a_real_kernel_of_this_python_records_and_saves(tmp_path):
     executed = nbformat.read(tmp_path / "out" / "nb.ipynb", as_version=4)
     assert executed.cells[0].outputs[0]["text"].strip() == sys.executable
     import d2l_extras as dx
-    [row] = dx.read_records(tmp_path / "rec")
+    [row] = dx.report.read_records(tmp_path / "rec")
     assert (row["key"], row["value"], row["notebook"]) == ("answer", 42.0, "nb")
 
 

@@ -102,7 +102,7 @@ def test_dist_ring_needs_a_process_group():
 @pytest.mark.parametrize("backend, expected", [("nccl", ()), ("gloo", (LIMIT,))])
 def test_dist_ring_waits_stream_ordered_on_nccl(monkeypatch, backend, expected):
     # Rank 0 of two, with a fake group whose sends arrive at once: every one of the ring's
-    # 2 (n-1) steps posts a send and a receive, and each is waited for as dx.wait_for says.
+    # 2 (n-1) steps posts a send and a receive, and each is waited for as dx.distributed.wait_for says.
     dist, works = torch.distributed, []
 
     class Work:
@@ -151,7 +151,7 @@ def test_message_sizes_follow_the_device_the_workers_use(gpus, monkeypatch):
     for nproc in process_counts(gpus):
         sizes = message_sizes_mb(nproc, gpus, budget=80 * GB)
         on_gpus = gpus >= nproc  # NCCL: one GPU per process; else gloo on the CPU
-        elements = dx.wanted_size("ring_message", "cuda" if on_gpus else "cpu", "class")
+        elements = dx.sizes.wanted_size("ring_message", "cuda" if on_gpus else "cpu", "class")
         assert sizes[-1] == elements * 4 / 2**20
         assert sizes == [sizes[-1] / 4**k for k in (3, 2, 1, 0)]
 
@@ -179,10 +179,10 @@ def test_check_input_depends_on_the_rank_only():
 
 
 @pytest.mark.timeout(150)
-@pytest.mark.skipif(dx.expected_gpus() < 2, reason="a GPU runner's test (D2L_EXPECT_GPUS >= 2)")
+@pytest.mark.skipif(dx.hardware.expected_gpus() < 2, reason="a GPU runner's test (D2L_EXPECT_GPUS >= 2)")
 def test_dist_ring_runs_on_nccl_over_every_gpu_promised():
     # On a runner that promises N GPUs, the ring runs on all N with NCCL, not gloo on the CPU.
-    n = dx.expected_gpus()
+    n = dx.hardware.expected_gpus()
     run = dx.launch("d2l_extras.ring", n, ["--sizes-mb", 1, "--repeats", 1], timeout=120,
                     echo=False)
     assert run.result["world"] == n and run.result["backend"] == "nccl"

@@ -28,29 +28,29 @@ def test_every_gpu_size_fits_its_share_of_memory(name, budget, prof):
 def test_large_gpus_get_a_size_that_shows_the_lesson(name, prof):
     for budget in (16 * GB, 80 * GB):
         size = dx.problem_size(name, "cuda:0", budget=budget, profile_name=prof)
-        assert dx.operand_bytes(name, size) >= SIZES[name].lesson_bytes, (name, budget)
+        assert dx.sizes.operand_bytes(name, size) >= SIZES[name].lesson_bytes, (name, budget)
 
 
 @pytest.mark.parametrize("name", sorted(SIZES))
 def test_an_80_gb_gpu_gets_the_wanted_size_and_sizes_grow_with_memory(name):
     sizes = [dx.problem_size(name, "cuda", budget=b, profile_name="class") for b in BUDGETS.values()]
     assert sizes == sorted(sizes)
-    assert sizes[-1] == dx.wanted_size(name, "cuda", "class")
+    assert sizes[-1] == dx.sizes.wanted_size(name, "cuda", "class")
 
 
 @pytest.mark.parametrize("name", sorted(SIZES))
 def test_gpu_sizes_are_at_least_the_cpu_sizes(name):
     for prof in ("ci", "class", "full"):
-        assert dx.wanted_size(name, "cuda", prof) >= dx.wanted_size(name, "cpu", prof)
+        assert dx.sizes.wanted_size(name, "cuda", prof) >= dx.sizes.wanted_size(name, "cpu", prof)
 
 
 def test_the_device_kind_picks_the_sizes(monkeypatch):
     monkeypatch.setenv("D2L_PROFILE", "class")
-    assert dx.device_kind("cpu") == "cpu"
-    assert dx.device_kind(torch.device("cuda", 3)) == "gpu"
-    assert dx.device_kind("mps") == "gpu"
-    assert dx.wanted_size("fusion", "cpu") == SIZES["fusion"].cpu[1]
-    assert dx.wanted_size("fusion", "cuda:1") == SIZES["fusion"].gpu[1]
+    assert dx.sizes.device_kind("cpu") == "cpu"
+    assert dx.sizes.device_kind(torch.device("cuda", 3)) == "gpu"
+    assert dx.sizes.device_kind("mps") == "gpu"
+    assert dx.sizes.wanted_size("fusion", "cpu") == SIZES["fusion"].cpu[1]
+    assert dx.sizes.wanted_size("fusion", "cuda:1") == SIZES["fusion"].gpu[1]
 
 
 def test_a_budget_too_small_says_what_to_do():
@@ -64,7 +64,7 @@ def test_unknown_names_and_misuse_are_refused():
     with pytest.raises(ValueError, match="known experiments: .*fusion"):
         dx.problem_size("nope", "cpu")
     with pytest.raises(ValueError, match="unknown profile"):
-        dx.wanted_size("fusion", "cpu", "huge")
+        dx.sizes.wanted_size("fusion", "cpu", "huge")
     with pytest.raises(ValueError, match="square experiments only"):
         dx.problem_size("fusion", "cpu", count=3, budget=GB)
 

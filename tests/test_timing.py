@@ -152,21 +152,21 @@ def test_measure_synchronizes_before_every_clock_read(monkeypatch):
 def test_measure_keeps_the_thread_count(monkeypatch):
     # torch.utils.benchmark.Timer runs on one thread unless told otherwise
     seen = []
-    dx.measure(lambda: seen.append(torch.get_num_threads()), clock=dx.TickClock(0.1),
+    dx.measure(lambda: seen.append(torch.get_num_threads()), clock=dx.timing.TickClock(0.1),
                max_time=0.5)
     assert set(seen) == {torch.get_num_threads()}
 
 
 def test_tick_clock_advances_one_step_per_read():
-    clock = dx.TickClock(0.5)
+    clock = dx.timing.TickClock(0.5)
     assert [clock(), clock(), clock()] == [0.5, 1.0, 1.5] and clock.reads == 3
     with pytest.raises(ValueError, match="step > 0"):
-        dx.TickClock(0)
+        dx.timing.TickClock(0)
 
 
 def test_measure_interleaved_alternates_and_keeps_a_fixed_count():
     order = []
-    clock = dx.TickClock(0.1)
+    clock = dx.timing.TickClock(0.1)
     out = dx.measure_interleaved({"a": lambda: order.append("a"),
                                   "b": lambda: order.append("b")},
                                  runs=3, before=lambda: order.append("|"), clock=clock)
@@ -193,7 +193,7 @@ def test_measure_interleaved_balance_makes_runs_of_equal_length():
 
 
 def test_measure_interleaved_stops_when_settled_or_out_of_time():
-    settled = dx.measure_interleaved({"a": lambda: None}, clock=dx.TickClock(0.1), max_time=60)
+    settled = dx.measure_interleaved({"a": lambda: None}, clock=dx.timing.TickClock(0.1), max_time=60)
     assert len(settled["a"].warm) == 4                  # no spread: the minimum of 4 rounds
     clock = WorkClock([0.1, 0.3])
 
@@ -215,7 +215,7 @@ def test_measure_interleaved_refuses_nonsense(call, error):
 
 
 def test_format_seconds_shows_the_spread_of_a_measurement():
-    m = dx.Measurement("x", 1.0, [0.010, 0.0102, 0.0098, 0.0104, 0.0096])
+    m = dx.timing.Measurement("x", 1.0, [0.010, 0.0102, 0.0098, 0.0104, 0.0096])
     assert dx.format_seconds(m) == "10 ms ±2%"
     assert dx.format_seconds(dx.Band.exact(0.5)) == "500 ms ±<1%"
 

@@ -41,7 +41,7 @@ def test_the_text_is_declared_as_package_data():
 
 
 def test_encode_decode_round_trip_and_split_in_order():
-    text = dx.CharText(TEXT)
+    text = dx.transformer.CharText(TEXT)
     ids = text.encode("the time")
     assert ids.dtype == torch.long and text.decode(ids) == "the time"
     assert text.decode(ids.tolist()) == "the time"
@@ -51,7 +51,7 @@ def test_encode_decode_round_trip_and_split_in_order():
 
 
 def test_batch_windows_are_shifted_by_one_and_reproducible():
-    text = dx.CharText(TEXT)
+    text = dx.transformer.CharText(TEXT)
     X, Y = text.batch(5, 12, torch.Generator().manual_seed(3))
     assert X.shape == Y.shape == (5, 12) and X.dtype == Y.dtype == torch.int64
     assert torch.equal(X[:, 1:], Y[:, :-1])
@@ -64,7 +64,7 @@ def test_batch_windows_are_shifted_by_one_and_reproducible():
 
 
 def test_bad_text_input_is_refused():
-    text = dx.CharText(TEXT)
+    text = dx.transformer.CharText(TEXT)
     g = torch.Generator().manual_seed(0)
     with pytest.raises(ValueError, match="not in the vocabulary: 'Z'"):
         text.encode("Zoo")
@@ -81,9 +81,9 @@ def test_bad_text_input_is_refused():
     with pytest.raises(TypeError, match="Generator"):
         text.batch(2, 4, 0)
     with pytest.raises(ValueError, match="too short"):
-        dx.CharText("abc")
+        dx.transformer.CharText("abc")
     with pytest.raises(TypeError):
-        dx.CharText(b"bytes")
+        dx.transformer.CharText(b"bytes")
     with pytest.raises(ValueError, match="available: timemachine"):
         dx.load_text("moby")
     with pytest.raises(ValueError, match="max_chars"):
@@ -128,7 +128,7 @@ def test_checkpointing_gives_the_same_loss_and_gradients(every):
 
 
 def test_a_few_adam_steps_lower_the_loss_deterministically():
-    text = dx.CharText(TEXT)
+    text = dx.transformer.CharText(TEXT)
 
     def train():
         torch.manual_seed(0)

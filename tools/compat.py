@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 DEFAULT_OUT = ROOT / "build" / "compat"
-INSTALL_LINE = "Installed d2l_extras from "  # what the set-up cell prints once
+INSTALL_LINE = "for d2l_extras; kept torch"  # what the set-up cell prints once
 HOSTED_PACKAGES = ["ipykernel", "nbclient"]  # beside torch and torchvision; nothing else
 TORCH_VERSIONS = ["2.6", "2.11", "newest"]   # the oldest claimed, a GPU image's, the newest
 

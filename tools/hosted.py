@@ -6,7 +6,7 @@ another address is a one-line change there, then `python tools/nbmeta.py noteboo
 which calls `apply` on every notebook:
 - a Markdown cell under the title with the three launch badges (tagged `launch`);
 - the first code cell, the set-up cell (tagged `setup`): it does nothing where d2l_extras
-  imports, and elsewhere installs the project and the book's d2l with %pip (see SETUP);
+  imports, and elsewhere installs the project with %pip; then dx.setup() (see SETUP);
 - the notebook metadata that asks Colab and Kaggle for a GPU;
 - every figure from images/ embedded in its Markdown cell as a data URI, so a notebook copied
   alone still shows it (Colab ignores `attachment:` images; relative paths need the repository).
@@ -42,34 +42,17 @@ PLATFORM_METADATA = {
                "language": "python", "sourceType": "notebook"},
 }
 
-# The set-up cell. It reads only the standard library, so it runs before anything is installed;
-# it never installs torch, torchvision or numpy (the constraint file pins the platform's own).
+# The set-up cell. Where d2l_extras does not import (a notebook alone on Colab, Kaggle or Studio
+# Lab) it installs the project with --no-deps, so pip cannot replace the platform's torch; then
+# dx.setup() (d2l_extras/bootstrap.py) checks Python and torch and installs what is missing.
+# --ignore-requires-python lets an old Python reach dx.setup()'s message that says what to do.
 SETUP = '''\
-# Set-up: nothing to do in a checkout. Alone (Colab, Kaggle, Studio Lab) this
-# installs d2l_extras and d2l once with %pip; torch, torchvision, numpy stay.
-import importlib, os, pathlib, sys, tempfile
-from importlib import metadata, util
-from IPython.utils.capture import capture_output
-repo = "@URL@"
-v = metadata.version("torch") if util.find_spec("torch") else "none"
-if sys.version_info < (3, 11) or v == "none" or tuple(
-        int(x) for x in v.split(".")[:2]) < (2, 6):
-    raise RuntimeError(f"Python {sys.version.split()[0]}, torch {v}: we need "
-                       "3.11+ and 2.6+ (%pip install -U torch torchvision)")
-if not (util.find_spec("d2l_extras") and util.find_spec("d2l")):
+import importlib.util, os  # set-up: alone (Colab, Kaggle), install d2l_extras
+if not importlib.util.find_spec("d2l_extras"):
+    repo = "@URL@"
     src = os.environ.get("D2L_EXTRAS_SOURCE", f"{repo}/archive/@TAG@.zip")
-    keep = pathlib.Path(tempfile.mkdtemp()) / "platform.txt"
-    keep.write_text("".join(f"{p}=={metadata.version(p)}\\n" for p in (
-        "torch", "torchvision", "numpy") if util.find_spec(p)))
-    with capture_output() as log:  # pip's lines are shown only if it fails
-        %pip install -q -c {keep} "{src}"
-        %pip install -q --no-deps d2l==1.0.3
-    importlib.invalidate_caches()
-    if not (util.find_spec("d2l_extras") and util.find_spec("d2l")):
-        print(log.stdout[-3000:], log.stderr[-3000:])
-        raise RuntimeError("The install failed (pip's output above): is the "
-                           "internet on? (Kaggle: Settings > Internet)")
-    print(f"Installed d2l_extras from {src} and d2l 1.0.3, kept torch {v}")
+    %pip install -q --no-deps --ignore-requires-python "{src}"
+import d2l_extras as dx; dx.setup()  # checks Python, torch; installs the rest
 '''
 
 

@@ -1,0 +1,32 @@
+"""Argument checks: a clear ValueError that names the argument and what it must be."""
+from __future__ import annotations
+
+import math
+import numbers
+
+
+def whole_number(value: object, what: str, minimum: int = 1) -> int:
+    """Return value as an int if it is a whole number >= minimum; else a ValueError naming `what`."""
+    # bool is an int subclass, but devices(True) is surely a mistake.
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"{what} must be a whole number >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def _real(value: object, what: str, ok: bool, bound: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isinf(value) \
+            or not ok:
+        raise ValueError(f"{what} must be a finite number {bound} 0, got {value!r}")
+    return float(value)
+
+
+def positive_number(value: object, what: str) -> float:
+    """Return value as a float if it is finite and > 0; else a ValueError naming `what`."""
+    ok = isinstance(value, numbers.Real) and value > 0
+    return _real(value, what, ok, ">")
+
+
+def non_negative_number(value: object, what: str) -> float:
+    """Return value as a float if it is finite and >= 0; else a ValueError naming `what`."""
+    ok = isinstance(value, numbers.Real) and value >= 0
+    return _real(value, what, ok, ">=")

@@ -1,0 +1,39 @@
+"""Argument checks: each names the argument and says what it must be."""
+import numpy as np
+import pytest
+
+from d2l_extras.checks import non_negative_number, positive_number, whole_number
+
+
+@pytest.mark.parametrize("value", [1, 7, np.int64(3)])
+def test_whole_number_accepts_counts(value):
+    assert whole_number(value, "k") == int(value)
+
+
+@pytest.mark.parametrize("bad", [0, -2, 2.0, "3", None, True])
+def test_whole_number_names_what_was_wrong(bad):
+    with pytest.raises(ValueError, match="k must be a whole number >= 1"):
+        whole_number(bad, "k")
+
+
+def test_whole_number_takes_a_minimum():
+    assert whole_number(0, "gpus", minimum=0) == 0
+    with pytest.raises(ValueError, match=r"gpus must be a whole number >= 0, got -1"):
+        whole_number(-1, "gpus", minimum=0)
+    with pytest.raises(ValueError, match=r"n must be a whole number >= 1, got 0"):
+        whole_number(0, "n")
+
+
+def test_positive_number_refuses_what_cannot_be_measured():
+    assert positive_number(3, "size") == 3.0
+    for bad in (0, -1.5, float("nan"), float("inf"), True, "3", None):
+        with pytest.raises(ValueError, match="size must be a finite number > 0"):
+            positive_number(bad, "size")
+
+
+def test_non_negative_number_accepts_none_of_an_amount_only():
+    assert non_negative_number(0, "work") == 0.0
+    assert non_negative_number(2.5, "work") == 2.5
+    for bad in (-1e-9, float("nan"), float("inf"), False, "0", None):
+        with pytest.raises(ValueError, match="work must be a finite number >= 0"):
+            non_negative_number(bad, "work")
