@@ -34,7 +34,8 @@ PY     := $(BIN)/python
 ready   = $(STAMP)
 endif
 # What `make test` runs; a subset: make test TESTS="tests/test_report.py notebooks/02-asynchronous-computation.ipynb"
-TESTS  ?= tests notebooks
+# Notebooks first: tests/test_decks.py then cuts its decks from nbval's runs instead of its own.
+TESTS  ?= notebooks tests
 NBVAL  := --nbval-lax --nbval-current-env --nbval-cell-timeout=600 \
           --nbval-sanitize-with tests/nbval_sanitize.cfg
 

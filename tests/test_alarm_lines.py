@@ -1,4 +1,5 @@
 """Alarm lines (tools/alarms.py) are found in cell outputs, and nbval fails the cell that prints one."""
+import json
 import os
 import subprocess
 import sys
@@ -89,3 +90,31 @@ def test_nbval_fails_exactly_the_cells_that_print_alarm_lines(tmp_path):
     assert "2 failed, 2 passed" in out, out
     assert "alarms.ipynb::Cell 1" in out and "alarms.ipynb::Cell 2" in out, out
     assert "profiler_start" in out and "CUDA_HOME" in out, out
+
+
+def test_nbval_keeps_each_notebook_it_ran_cleanly_for_the_decks(tmp_path):
+    good, bad = nbformat.v4.new_notebook(), nbformat.v4.new_notebook()
+    good.cells = [nbformat.v4.new_markdown_cell("# A"), nbformat.v4.new_code_cell("print('one')"),
+                  nbformat.v4.new_code_cell("print('two')")]
+    bad.cells = [nbformat.v4.new_code_cell("1 / 0")]
+    nbformat.write(good, tmp_path / "good.ipynb")
+    nbformat.write(bad, tmp_path / "bad.ipynb")
+    # Collected after the notebooks, as tests/ after notebooks/ in `make test`.
+    (tmp_path / "test_later.py").write_text(
+        "import json, pathlib\nfrom tools import nbval_alarms\n"
+        "def test_later():\n"
+        "    here = pathlib.Path(__file__).parent\n"
+        "    assert nbval_alarms.executed_folder([here / 'bad.ipynb']) is None\n"
+        "    folder = nbval_alarms.executed_folder([here / 'good.ipynb'])\n"
+        "    (here / 'seen.json').write_text(json.dumps([str(folder), json.loads(\n"
+        "        (folder / 'good.ipynb').read_text())['cells']]))\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    run = subprocess.run([sys.executable, "-m", "pytest", "good.ipynb", "bad.ipynb", "test_later.py",
+                          "--nbval-lax", "--nbval-current-env", "-p", "tools.nbval_alarms", "-p",
+                          "no:cacheprovider", "-q", "--rootdir", str(tmp_path)],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    out = run.stdout + run.stderr
+    assert "1 failed, 3 passed" in out, out
+    folder, cells = json.loads((tmp_path / "seen.json").read_text())
+    assert ["".join(c["outputs"][0]["text"]) for c in cells[1:]] == ["one\n", "two\n"]
+    assert cells[0]["cell_type"] == "markdown" and not Path(folder).exists(), "removed at the end"

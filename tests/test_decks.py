@@ -3,8 +3,10 @@
 The notebooks are executed in the active profile (`ci` in `make test`) by tools/report.py, the
 decks are cut by tools/nbsite.py as `make slides` cuts them, and tools/deckcheck.py visits every
 slide in headless Chromium: content taller than the slide, a code line cut at the right edge or a
-picture shrunk below its size fails. D2L_DECK_NOTEBOOKS=DIR checks notebooks already executed
-there (e.g. build/report/notebooks) instead of running them again. Skipped without Chromium.
+picture shrunk below its size fails. Where nbval ran every notebook earlier in the session
+(`make test` runs notebooks/ first), the decks are cut from those runs (tools/nbval_alarms.py);
+D2L_DECK_NOTEBOOKS=DIR checks notebooks already executed there (e.g. build/report/notebooks).
+Skipped without Chromium.
 """
 import os
 import sys
@@ -15,7 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-from tools import deckcheck, nbsite, report  # noqa: E402
+from tools import deckcheck, nbsite, nbval_alarms, report  # noqa: E402
 from tools.browser import Browser, find_chromium  # noqa: E402
 
 pytest.importorskip("websocket", reason="websocket-client is not installed (requirements.txt)")
@@ -28,7 +30,7 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 @pytest.fixture(scope="module")
 def decks(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("decks")
-    executed = os.environ.get("D2L_DECK_NOTEBOOKS")
+    executed = os.environ.get("D2L_DECK_NOTEBOOKS") or nbval_alarms.executed_folder(NOTEBOOKS)
     if executed:
         folder = Path(executed)
     else:

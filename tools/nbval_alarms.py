@@ -3,11 +3,19 @@
 An alarm line (tools/alarms.py: "ERROR: ... gpuGetDeviceCount failed", "USDT: ...",
 "No CUDA runtime is found, using CUDA_HOME=...") looks like a failure to a student although the
 notebook worked. The check reads the outputs nbval has already collected: no extra run.
+
+It also keeps each notebook nbval ran without a failure, outputs included, in a temporary
+folder (`executed_folder`): tests/test_decks.py cuts its decks from those instead of running
+every notebook a second time.
 """
 from __future__ import annotations
 
+import copy
 import functools
 import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -44,14 +52,69 @@ def pytest_configure(config):
     nbval.kernel.start_new_kernel = start_new_kernel
 
 
+_EXECUTED: dict = {}  # IPyNbFile -> its notebook with the outputs so far, None once a cell failed
+_FOLDER: list[Path] = []
+
+
+def executed_folder(notebooks: list[Path]) -> Path | None:
+    """The folder of the notebooks nbval ran in this session, if it ran every one of them."""
+    if _FOLDER and all((_FOLDER[0] / p.name).is_file() for p in notebooks):
+        return _FOLDER[0]
+    return None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    result = yield
+    notebook = getattr(item, "parent", None)
+    if notebook in _EXECUTED and (nextitem is None or nextitem.parent is not notebook):
+        executed = _EXECUTED.pop(notebook)
+        if executed is not None:
+            import nbformat
+            if not _FOLDER:
+                _FOLDER.append(Path(tempfile.mkdtemp(prefix="d2l-nbval-")))
+            nbformat.write(executed, _FOLDER[0] / Path(str(notebook.fspath)).name)
+    return result
+
+
+def _keep(item, outputs) -> None:
+    """Put a cell's outputs into the executed copy of its notebook (None: it failed)."""
+    notebook = item.parent
+    if notebook not in _EXECUTED:
+        _EXECUTED[notebook] = copy.deepcopy(notebook.nb)
+    executed = _EXECUTED[notebook]
+    if executed is None:
+        return
+    if outputs is None:
+        _EXECUTED[notebook] = None
+        return
+    index = next(i for i, c in enumerate(notebook.nb.cells) if c is item.cell)
+    executed.cells[index].outputs = copy.deepcopy(outputs)
+
+
+def pytest_unconfigure(config):
+    for folder in _FOLDER:
+        shutil.rmtree(folder, ignore_errors=True)
+    _FOLDER.clear()
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
-    result = yield  # the cell ran without error (an error would have been raised here)
+    is_cell = hasattr(item, "raise_cell_error") and hasattr(item, "cell")
+    try:
+        result = yield  # the cell ran without error (an error would have been raised here)
+    except BaseException:
+        if is_cell:
+            _keep(item, None)
+        raise
     # nbval's IPyNbCell keeps the cell's outputs (stdout, stderr, displays) in test_outputs.
     outputs = getattr(item, "test_outputs", None)
-    if outputs and hasattr(item, "raise_cell_error"):
+    if is_cell:
+        _keep(item, outputs or [])
+    if outputs and is_cell:
         found = alarm_lines(outputs)
         if found:
+            _keep(item, None)
             item.raise_cell_error(
                 f"The cell printed {len(found)} alarm line(s): text that looks like a failure "
                 "to a student. Stop the cause (patterns and reasons: tools/alarms.py):",
