@@ -89,7 +89,21 @@ def _keep(item, outputs) -> None:
         _EXECUTED[notebook] = None
         return
     index = next(i for i, c in enumerate(notebook.nb.cells) if c is item.cell)
+    if _quiet(item.cell.source):
+        outputs = [o for o in outputs if o.get("output_type") != "execute_result"]
     executed.cells[index].outputs = copy.deepcopy(outputs)
+
+
+def _quiet(source: str) -> bool:
+    """Whether a trailing ';' hides the cell's value in Jupyter. nbval runs cells outside the
+    kernel's history, where IPython looks for that ';', so nbval's outputs keep the value."""
+    from IPython.core.displayhook import DisplayHook
+    from IPython.core.inputtransformer2 import TransformerManager
+    try:
+        code = TransformerManager().transform_cell(source)
+        return bool(DisplayHook.semicolon_at_end_of_expression(code))
+    except Exception:  # tokenize's errors on code that would not run anyway
+        return False
 
 
 def pytest_unconfigure(config):
