@@ -29,20 +29,20 @@ _EXPORTS = {
     "plotting": ["MIN_POINTS", "bar_chart", "log_axis", "plot_memory_timeline", "plot_roofline",
                  "plot_timeline", "seconds_axis", "use_slide_style"],
     "compiler": ["compile_support", "fresh_compile_cache", "gpu_compile_rule", "last_level_cache",
-                 "maybe_compile", "memory_regime"],
+                 "maybe_compile"],
     "distributed": ["WorkerError", "init_worker", "launch", "torchrun_command",
                     "worker_device"],
     # asynchronous computation, automatic parallelism: profiler timelines
     "profiling": ["TimelineEvent", "busy_time", "launch_stacks", "overlap_time", "profile_trace",
                   "record_timeline", "trace_events"],
     # hardware: measurements of this machine
-    "hwbench": ["Roof", "cache_sizes", "default_matmul_sizes", "default_sweep_sizes",
+    "hwbench": ["cache_sizes", "default_matmul_sizes", "default_sweep_sizes",
                 "dtype_supported", "host_device_bandwidth", "launch_overhead", "loopback_network",
                 "machine_load", "matmul_rate", "one_thread_if_busy", "p2p_access", "peer_bandwidth",
-                "published_peak", "roof_violations", "roofline", "storage_reads",
+                "published_peak", "roofline", "storage_reads",
                 "tensor_core_dtypes"],
-    # the performance model (notebook 00): t = max(overhead, bytes / bandwidth, flops / peak)
-    "perfmodel": ["PerformanceModel", "REGIMES"],
+    # models of compute: t = max(overhead, bytes / bandwidth, flops / peak), the roofline
+    "perfmodel": ["PerformanceModel", "REGIMES", "Roof", "memory_regime", "roof_violations"],
     # memory and precision: where training's memory goes, counted and followed over a step
     "memory": ["CachingAllocatorModel", "SavedTensors", "memory_timeline",
                "model_state_bytes", "peak_memory", "snapshot_series", "training_state_bytes"],
@@ -55,8 +55,8 @@ _EXPORTS = {
     "parallel": ["allow_tf32", "evaluate_accuracy", "even_batch_size", "replicate",
                  "set_float32_precision", "sgd", "split_batch", "strict_float32"],
     # parameter servers: cost model, ring allreduce, sharded key-value store
-    "costmodel": ["SCALINGS", "plot_sync_costs", "ring_time", "server_time", "speedup",
-                  "sync_time", "transfer_time"],
+    "communication": ["SCALINGS", "plot_sync_costs", "ring_time", "server_time", "speedup",
+                      "sync_time", "transfer_time"],
     "ring": ["bus_bandwidth", "check_input", "message_sizes_mb", "process_counts",
              "ring_allreduce"],
     "kvstore": ["acknowledged_steps", "committed_step"],

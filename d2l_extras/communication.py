@@ -1,4 +1,4 @@
-"""A bandwidth-only cost model of gradient synchronization (d2l section 12.7's numbers).
+"""What communication costs: a bandwidth-only model of gradient synchronization (d2l 12.7).
 
 Every transfer of `size` bytes over a link of `bandwidth` bytes/s takes size / bandwidth
 seconds; latency and compute are ignored. Links of a PCIe switch run at full bandwidth at the
@@ -43,26 +43,20 @@ def sync_time(strategy: str, size: float, n: int, bandwidth: float) -> float:
         return 2 * (n - 1) * t / n
     if strategy == "ring":
         # Same traffic per link as sharding, on point-to-point links (reduce-scatter, all-gather).
-        return ring_time(size, n, [bandwidth])
+        return ring_time(size, n, bandwidth)
     raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
 
 
-def ring_time(size: float, n: int, ring_bandwidths: Sequence[float],
-              approximate: bool = False) -> float:
-    """Seconds for a ring allreduce of `size` bytes on n nodes, split over parallel rings.
+def ring_time(size: float, n: int, bandwidth: float, approximate: bool = False) -> float:
+    """Seconds for a ring allreduce of `size` bytes on n nodes at bus `bandwidth` bytes/s.
 
-    Each ring gets a share of the data proportional to its bandwidth, so the rings act as one
-    ring of their summed bandwidth. Every link carries 2 (n-1)/n of the data; with
-    approximate=True that factor is taken as 2 (the book's "(n-1)/n is about 1").
+    Every link carries 2 (n-1)/n of the data; with approximate=True that factor is taken as 2
+    (the book's "(n-1)/n is about 1"). Parallel rings, each given a share of the data
+    proportional to its bandwidth, act as one ring of their summed bandwidth: pass the sum.
     """
     n = whole_number(n, "n (number of nodes)")
-    if isinstance(ring_bandwidths, (int, float)):
-        raise TypeError("ring_bandwidths is a list of bandwidths, one per ring, e.g. [36e9, 18e9]")
-    if len(ring_bandwidths) == 0:
-        raise ValueError("ring_bandwidths needs at least one ring's bandwidth")
-    total = sum(positive_number(b, "each ring's bandwidth (bytes/s)") for b in ring_bandwidths)
     factor = 2.0 if approximate else 2.0 * (n - 1) / n
-    return factor * transfer_time(size, total)
+    return factor * transfer_time(size, bandwidth)
 
 
 def server_time(size: float, workers: int, servers: int, bandwidth: float) -> float:
@@ -89,7 +83,7 @@ def step_time(k: int, compute_time: float, grad_bytes: float, bandwidth: float) 
     """
     k = whole_number(k, "k (number of devices)")
     compute_time = non_negative_number(compute_time, "compute_time (seconds)")
-    return compute_time + (ring_time(grad_bytes, k, [bandwidth]) if k > 1 else 0.0)
+    return compute_time + (ring_time(grad_bytes, k, bandwidth) if k > 1 else 0.0)
 
 
 def speedup(k: int, compute_1: float, grad_bytes: float, bandwidth: float,

@@ -187,23 +187,3 @@ def last_level_cache(device: torch.device | str = "cpu") -> tuple[str, int] | No
         name = max(sizes, key=sizes.get)
         return (f"{name} of the CPU", sizes[name])
     return None  # MPS and others do not report their caches to torch
-
-
-def memory_regime(operand_bytes: int, cache_bytes: int | None, live: int = 3) -> str:
-    """Where an elementwise chain's passes go: 'memory', 'cache', 'mixed' or 'unknown'.
-
-    One eager operator reads one or two operands and writes a third, so about `live` operands
-    of `operand_bytes` must stay in the cache for the passes to be served from it.
-    """
-    from .checks import whole_number
-
-    operand_bytes = whole_number(operand_bytes, "memory_regime(): operand_bytes")
-    live = whole_number(live, "memory_regime(): live")
-    if cache_bytes is None:
-        return "unknown"
-    cache_bytes = whole_number(cache_bytes, "memory_regime(): cache_bytes (None when unknown)")
-    if operand_bytes > cache_bytes:
-        return "memory"   # not even one operand fits: every pass streams from main memory
-    if live * operand_bytes <= cache_bytes:
-        return "cache"    # input, temporary and result fit: passes are served by the cache
-    return "mixed"

@@ -29,10 +29,10 @@ from .hardware import default_device, fit_to_memory
 from .profiles import by_profile
 from .sizes import problem_size
 from .bands import Band
+from .perfmodel import GB, Kernel, Roof
 from .timing import Clock, Measurement, TickClock, measure, measure_interleaved, synchronize
 
 KiB, MiB, GiB = 1024, 1024 ** 2, 1024 ** 3
-GB = 1e9  # rates are decimal (GB/s, GFLOP/s) as vendors print them; sizes are binary (KiB, MiB)
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32,
           "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -418,95 +418,8 @@ def default_matmul_sizes(device: torch.device | str | None = None) -> list[int]:
     return [s for s in (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384) if s <= top]
 
 
-# --- the roofline: which operations the memory limits and which the arithmetic limits
-
-@dataclass
-class Kernel:
-    """One operation: FLOPs, the fewest bytes it must move, and the measured median seconds."""
-
-    name: str
-    flops: float
-    bytes: float
-    seconds: float
-    size: int = 0      # the n, m or k the counts were made for
-    time: Band | None = None   # seconds per call: median and interquartile range, if measured
-
-    @property
-    def intensity(self) -> float:
-        """Arithmetic intensity: FLOPs per byte moved."""
-        return self.flops / self.bytes
-
-    @property
-    def gflops(self) -> float:
-        """Measured GFLOP/s."""
-        return self.flops / self.seconds / GB
-
-    @property
-    def gbps(self) -> float:
-        """Counted bytes moved per second, in GB/s."""
-        return self.bytes / self.seconds / GB
-
-    @property
-    def gflops_band(self) -> Band:
-        """GFLOP/s with the band of the measured runs (zero width if none were kept)."""
-        return self.flops / GB / (self.time or Band.exact(self.seconds))
-
-
-def attainable(intensity: float, bandwidth_gbps: float, peak_gflops: float) -> float:
-    """Roofline bound in GFLOP/s: min(peak, bandwidth x intensity)."""
-    if intensity <= 0 or bandwidth_gbps <= 0 or peak_gflops <= 0:
-        raise ValueError("attainable() needs intensity, bandwidth and peak > 0")
-    return min(peak_gflops, bandwidth_gbps * intensity)
-
-
-@dataclass
-class Roof:
-    """The best bandwidth and arithmetic rate measured in this run, and what each probe gave."""
-
-    bandwidth_gbps: float
-    peak_gflops: float
-    probes: dict = field(default_factory=dict)   # name -> best GB/s or GFLOP/s measured
-
-    @property
-    def set_by(self) -> tuple[str, str]:
-        """Which measurements set the bandwidth roof and the peak."""
-        close = lambda a, b: abs(a - b) <= 1e-9 * max(abs(a), abs(b))
-        bw = [k for k, v in self.probes.items() if close(v, self.bandwidth_gbps)]
-        peak = [k for k, v in self.probes.items() if close(v, self.peak_gflops)]
-        return (bw[0] if bw else "given", peak[0] if peak else "given")
-
-    @property
-    def ridge(self) -> float:
-        """FLOP per byte where the arithmetic, not the memory, becomes the limit."""
-        return self.peak_gflops / self.bandwidth_gbps
-
-    def attainable(self, intensity: float) -> float:
-        """Roofline bound in GFLOP/s at this arithmetic intensity."""
-        return attainable(intensity, self.bandwidth_gbps, self.peak_gflops)
-
-
-def roof_violations(kernels: Sequence[Kernel], roof: Roof, tolerance: float = 0.1,
-                    cache_bytes: float = 0) -> list[str]:
-    """Kernels measured above the roof by more than `tolerance` (a fraction), described.
-
-    A cache of `cache_bytes` may keep that much of a kernel's data from one call to the next, so
-    that only the rest crosses the memory bus: a kernel moving B bytes then meets the slanted
-    roof at bandwidth x B / (B - cache_bytes), and one that fits the cache the flat roof alone.
-    """
-    if not 0 <= tolerance < 1:
-        raise ValueError(f"tolerance is a fraction in [0, 1), got {tolerance}")
-    if not cache_bytes >= 0:
-        raise ValueError(f"cache_bytes is a size in bytes >= 0 (0: no cache), got {cache_bytes}")
-
-    def bound(k: Kernel) -> float:
-        if k.bytes <= cache_bytes:
-            return roof.peak_gflops
-        bandwidth = roof.bandwidth_gbps * k.bytes / (k.bytes - cache_bytes)
-        return attainable(k.intensity, bandwidth, roof.peak_gflops)
-
-    return [f"{k.name}: {k.gflops:.3g} GFLOP/s > roof {bound(k):.3g}"
-            for k in kernels if k.gflops > (1 + tolerance) * bound(k)]
-
+# --- the roofline measured: which operations the memory limits and which the arithmetic
+# limits (the model, Kernel and Roof, is in perfmodel.py)
 
 def roofline(n: int | None = None, k: int | None = None,
              device: torch.device | str | None = "cpu", *,

@@ -1,14 +1,20 @@
-"""The performance model: one call takes about max(overhead, bytes / bandwidth, flops / peak).
+"""Models of compute: one call takes about max(overhead, bytes / bandwidth, flops / peak).
 
 Three numbers of a machine are enough for a first estimate: the fixed cost of one call (Python,
 the dispatcher, a kernel launch), the memory bandwidth and the peak arithmetic rate. Whichever
-term is largest names the regime an operation is in, and so what would make it faster.
+term is largest names the regime an operation is in, and so what would make it faster. The
+roofline draws the same model as a rate (attainable FLOP/s against FLOP per byte), and
+memory_regime says which memory a chain of elementwise passes streams from.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Sequence
 
-from .checks import non_negative_number, positive_number
+from .bands import Band
+from .checks import non_negative_number, positive_number, whole_number
+
+GB = 1e9  # rates are decimal (GB/s, GFLOP/s) as vendors print them; sizes are binary (KiB, MiB)
 
 # The three terms of the model, and the name of the regime where each one is the largest.
 REGIMES = {"overhead": "overhead-bound", "memory": "memory-bound", "compute": "compute-bound"}
@@ -43,3 +49,111 @@ class PerformanceModel:
         """'overhead-bound', 'memory-bound' or 'compute-bound': where the largest term comes from."""
         terms = self.terms(flops, n_bytes)
         return REGIMES[max(terms, key=terms.get)]
+
+
+# The roofline: which operations the memory limits and which the arithmetic limits.
+
+@dataclass
+class Kernel:
+    """One operation: FLOPs, the fewest bytes it must move, and the measured median seconds."""
+
+    name: str
+    flops: float
+    bytes: float
+    seconds: float
+    size: int = 0      # the n, m or k the counts were made for
+    time: Band | None = None   # seconds per call: median and interquartile range, if measured
+
+    @property
+    def intensity(self) -> float:
+        """Arithmetic intensity: FLOPs per byte moved."""
+        return self.flops / self.bytes
+
+    @property
+    def gflops(self) -> float:
+        """Measured GFLOP/s."""
+        return self.flops / self.seconds / GB
+
+    @property
+    def gbps(self) -> float:
+        """Counted bytes moved per second, in GB/s."""
+        return self.bytes / self.seconds / GB
+
+    @property
+    def gflops_band(self) -> Band:
+        """GFLOP/s with the band of the measured runs (zero width if none were kept)."""
+        return self.flops / GB / (self.time or Band.exact(self.seconds))
+
+
+def attainable(intensity: float, bandwidth_gbps: float, peak_gflops: float) -> float:
+    """Roofline bound in GFLOP/s: min(peak, bandwidth x intensity)."""
+    if intensity <= 0 or bandwidth_gbps <= 0 or peak_gflops <= 0:
+        raise ValueError("attainable() needs intensity, bandwidth and peak > 0")
+    return min(peak_gflops, bandwidth_gbps * intensity)
+
+
+@dataclass
+class Roof:
+    """The best bandwidth and arithmetic rate measured in this run, and what each probe gave."""
+
+    bandwidth_gbps: float
+    peak_gflops: float
+    probes: dict = field(default_factory=dict)   # name -> best GB/s or GFLOP/s measured
+
+    @property
+    def set_by(self) -> tuple[str, str]:
+        """Which measurements set the bandwidth roof and the peak."""
+        close = lambda a, b: abs(a - b) <= 1e-9 * max(abs(a), abs(b))
+        bw = [k for k, v in self.probes.items() if close(v, self.bandwidth_gbps)]
+        peak = [k for k, v in self.probes.items() if close(v, self.peak_gflops)]
+        return (bw[0] if bw else "given", peak[0] if peak else "given")
+
+    @property
+    def ridge(self) -> float:
+        """FLOP per byte where the arithmetic, not the memory, becomes the limit."""
+        return self.peak_gflops / self.bandwidth_gbps
+
+    def attainable(self, intensity: float) -> float:
+        """Roofline bound in GFLOP/s at this arithmetic intensity."""
+        return attainable(intensity, self.bandwidth_gbps, self.peak_gflops)
+
+
+def roof_violations(kernels: Sequence[Kernel], roof: Roof, tolerance: float = 0.1,
+                    cache_bytes: float = 0) -> list[str]:
+    """Kernels measured above the roof by more than `tolerance` (a fraction), described.
+
+    A cache of `cache_bytes` may keep that much of a kernel's data from one call to the next, so
+    that only the rest crosses the memory bus: a kernel moving B bytes then meets the slanted
+    roof at bandwidth x B / (B - cache_bytes), and one that fits the cache the flat roof alone.
+    """
+    if not 0 <= tolerance < 1:
+        raise ValueError(f"tolerance is a fraction in [0, 1), got {tolerance}")
+    if not cache_bytes >= 0:
+        raise ValueError(f"cache_bytes is a size in bytes >= 0 (0: no cache), got {cache_bytes}")
+
+    def bound(k: Kernel) -> float:
+        if k.bytes <= cache_bytes:
+            return roof.peak_gflops
+        bandwidth = roof.bandwidth_gbps * k.bytes / (k.bytes - cache_bytes)
+        return attainable(k.intensity, bandwidth, roof.peak_gflops)
+
+    return [f"{k.name}: {k.gflops:.3g} GFLOP/s > roof {bound(k):.3g}"
+            for k in kernels if k.gflops > (1 + tolerance) * bound(k)]
+
+
+def memory_regime(operand_bytes: int, cache_bytes: int | None, live: int = 3) -> str:
+    """Where an elementwise chain's passes go: 'memory', 'cache', 'mixed' or 'unknown'.
+
+    One eager operator reads one or two operands and writes a third, so about `live` operands
+    of `operand_bytes` must stay in the cache for the passes to be served from it.
+    """
+    operand_bytes = whole_number(operand_bytes, "memory_regime(): operand_bytes")
+    live = whole_number(live, "memory_regime(): live")
+    if cache_bytes is None:
+        return "unknown"
+    cache_bytes = whole_number(cache_bytes, "memory_regime(): cache_bytes (None when unknown)")
+    if operand_bytes > cache_bytes:
+        return "memory"   # not even one operand fits: every pass streams from main memory
+    if live * operand_bytes <= cache_bytes:
+        return "cache"    # input, temporary and result fit: passes are served by the cache
+    return "mixed"

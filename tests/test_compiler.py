@@ -264,34 +264,6 @@ def test_fresh_compile_cache_points_inductor_at_an_empty_folder_and_back(monkeyp
     assert "TRITON_CACHE_DIR" not in os.environ
 
 
-MB = 10 ** 6
-
-
-@pytest.mark.parametrize("operand, cache, regime", [
-    (268 * MB, 50 * MB, "memory"),     # H100, class size: far beyond L2
-    (16 * MB, 50 * MB, "cache"),       # H100, ci size: input, temporary and result fit in L2
-    (20 * MB, 50 * MB, "mixed"),       # one fits, three do not
-    (16 * MB, 32 * 2 ** 20, "mixed"),  # 16 MB on a laptop CPU with a 32 MiB L3
-    (16 * MB, 480 * 2 ** 20, "cache"),
-    (16 * MB, None, "unknown")])
-def test_memory_regime(operand, cache, regime):
-    assert dx.memory_regime(operand, cache) == regime
-
-
-def test_memory_regime_live_operands():
-    assert dx.memory_regime(20 * MB, 50 * MB, live=2) == "cache"
-
-
-@pytest.mark.parametrize("kwargs", [dict(operand_bytes=0, cache_bytes=1),
-                                    dict(operand_bytes=1.5, cache_bytes=1),
-                                    dict(operand_bytes=1, cache_bytes=0),
-                                    dict(operand_bytes=1, cache_bytes="50MB"),
-                                    dict(operand_bytes=1, cache_bytes=1, live=0)])
-def test_memory_regime_refuses_bad_sizes(kwargs):
-    with pytest.raises(ValueError, match="whole number"):
-        dx.memory_regime(**kwargs)
-
-
 def test_last_level_cache_on_this_cpu_is_the_largest_reported(monkeypatch):
     monkeypatch.setattr("d2l_extras.hwbench.cache_sizes",
                         lambda: {"L1d": 48 * 1024, "L2": 2 ** 21, "L3": 32 * 2 ** 20})

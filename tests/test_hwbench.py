@@ -264,10 +264,10 @@ def test_roofline_counts_flops_and_bytes_and_probes_the_roof():
     # the roof is the best of everything streaming, and of every product, in this run
     assert roof.bandwidth_gbps == pytest.approx(12 * n / 1e9) and roof.set_by[0] == "vector add"
     assert roof.peak_gflops == pytest.approx(2 * k ** 3 / 1e9) and roof.set_by[1] == "matmul"
-    assert hb.roof_violations([add, mv, mm], roof) == []
+    assert dx.perfmodel.roof_violations([add, mv, mm], roof) == []
     # a roof taken from elsewhere (here: the copy alone, as 04 once did) puts points above it
     stale = hb.Roof(roof.probes["copy"], roof.peak_gflops)
-    assert hb.roof_violations([add, mv, mm], stale) == \
+    assert dx.perfmodel.roof_violations([add, mv, mm], stale) == \
         [f"vector add: {add.gflops:.3g} GFLOP/s > roof {stale.attainable(add.intensity):.3g}"]
     assert stale.set_by == ("given", "given")
 
@@ -283,41 +283,6 @@ def test_roofline_measures_real_rates():
     roof, kernels = hb.roofline(2 ** 16, 64, "cpu")
     assert all(k.seconds > 0 for k in kernels) and roof.ridge > 0
     assert 0 < roof.bandwidth_gbps < 10_000 and 0 < roof.peak_gflops < 100_000
-
-
-def test_roof_and_violations():
-    roof = hb.Roof(10.0, 100.0)
-    assert roof.ridge == 10 and roof.attainable(1.0) == 10 and roof.attainable(50) == 100
-    inside = hb.Kernel("add", 1.0, 12.0, 1.0 / 0.8e9)       # 0.8 GFLOP/s at I = 1/12: roof 0.83
-    above = hb.Kernel("mm", 2e6, 1.2e4, 2e6 / 120e9)         # 120 GFLOP/s under a 100 peak
-    assert hb.roof_violations([inside], roof) == []
-    assert hb.roof_violations([inside, above], roof, 0.1) == ["mm: 120 GFLOP/s > roof 100"]
-    assert hb.roof_violations([above], roof, 0.25) == []
-    with pytest.raises(ValueError, match="fraction"):
-        hb.roof_violations([above], roof, 1.5)
-
-
-def test_roof_violations_let_a_cache_serve_only_what_it_holds():
-    sheet = hb.Roof(100.0, 1000.0)                    # a data sheet: 100 GB/s, 1000 GFLOP/s
-    add = hb.Kernel("add", 1e9 / 12, 1e9, 1e9 / 200e9)  # moves 1 GB per call at 200 GB/s
-    assert hb.roof_violations([add], sheet, 0.05) == ["add: 16.7 GFLOP/s > roof 8.33"]
-    # a 0.4 GB cache may serve 0.4 GB; 0.6 GB still cross the bus at <= 100 GB/s: 167 GB/s
-    assert hb.roof_violations([add], sheet, 0.05, cache_bytes=0.4e9) == \
-        ["add: 16.7 GFLOP/s > roof 13.9"]
-    assert hb.roof_violations([add], sheet, 0.05, cache_bytes=0.6e9) == []   # 250 GB/s allowed
-    # all of it fits in the cache: only the flat roof holds, and still catches a wrong count
-    fast = hb.Kernel("add", 1e9 / 12, 1e9, 1e9 / 12 / 2000e9)
-    assert hb.roof_violations([fast], sheet, 0.05, cache_bytes=2e9) == \
-        ["add: 2e+03 GFLOP/s > roof 1e+03"]
-    with pytest.raises(ValueError, match="cache_bytes"):
-        hb.roof_violations([add], sheet, cache_bytes=-1)
-
-
-def test_attainable():
-    assert hb.attainable(0.1, 10, 100) == pytest.approx(1.0)
-    assert hb.attainable(100, 10, 100) == 100
-    with pytest.raises(ValueError):
-        hb.attainable(0, 10, 100)
 
 
 # --- storage
