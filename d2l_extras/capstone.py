@@ -5,7 +5,7 @@ slice of each, so k processes take the steps one process takes on the whole batc
 agree up to rounding. After training, the processes time forward + backward with DDP's allreduce
 and inside `no_sync()` on the same batch, as notebook 07's worker does (`ddp.time_comm`): the
 difference is the communication a step did not hide. An allreduce of the gradients' size alone
-gives the bus bandwidth (beta).
+gives the bus bandwidth (busbw, the model's beta).
 
 From a notebook: dx.launch("d2l_extras.capstone", 2, ["--steps", "20"]); from a terminal:
     python -m d2l_extras.distributed --nproc-per-node=2 -m d2l_extras.capstone --steps 20
@@ -65,7 +65,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--comm-steps", type=int, default=5,
                    help="forward + backward pairs timed with and without allreduce, and "
-                        "allreduces of the gradients alone (beta) (0: none)")
+                        "allreduces of the gradients alone (busbw) (0: none)")
     p.add_argument("--share", type=whole, default=1,
                    help="also time steps on 1/share of the batch (t_compute(B/k) for k=share)")
     p.add_argument("--threads", type=int, default=0, help="torch threads per process (0: keep)")
@@ -130,10 +130,10 @@ def train(args: argparse.Namespace) -> dict:
         result.update(synced_s=comm["sync_s"][0], no_sync_s=comm["no_sync_s"][0],
                       synced_runs=comm["sync_runs"][0], no_sync_runs=comm["no_sync_runs"][0])
         result["comm_s"] = result["synced_s"] - result["no_sync_s"]
-        if world > 1:  # the ring's bus bandwidth at the gradients' size: beta of the model
+        if world > 1:  # the ring's bus bandwidth at the gradients' size
             seconds = comm["allreduce_s"]
             result.update(allreduce_s=seconds, allreduce_runs=comm["allreduce_runs"],
-                          bus_bandwidth=bus_bandwidth(grad_bytes, seconds, world)[1])
+                          busbw=bus_bandwidth(grad_bytes, seconds, world)[1])
 
     def fwd_bwd(X: torch.Tensor, Y: torch.Tensor) -> None:
         model.zero_grad(set_to_none=True)

@@ -47,8 +47,8 @@ def sync_time(strategy: str, size: float, n: int, bandwidth: float) -> float:
     raise ValueError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
 
 
-def ring_time(size: float, n: int, bandwidth: float, approximate: bool = False) -> float:
-    """Seconds for a ring allreduce of `size` bytes on n nodes at bus `bandwidth` bytes/s.
+def ring_time(size: float, n: int, busbw: float, approximate: bool = False) -> float:
+    """Seconds for a ring allreduce of `size` bytes on n nodes at bus bandwidth `busbw` bytes/s.
 
     Every link carries 2 (n-1)/n of the data; with approximate=True that factor is taken as 2
     (the book's "(n-1)/n is about 1"). Parallel rings, each given a share of the data
@@ -56,7 +56,7 @@ def ring_time(size: float, n: int, bandwidth: float, approximate: bool = False) 
     """
     n = whole_number(n, "n (number of nodes)")
     factor = 2.0 if approximate else 2.0 * (n - 1) / n
-    return factor * transfer_time(size, bandwidth)
+    return factor * transfer_time(size, busbw)
 
 
 def server_time(size: float, workers: int, servers: int, bandwidth: float) -> float:
@@ -73,20 +73,20 @@ def server_time(size: float, workers: int, servers: int, bandwidth: float) -> fl
 SCALINGS = ("strong", "weak")
 
 
-def step_time(k: int, compute_time: float, grad_bytes: float, bandwidth: float) -> float:
-    """Predicted seconds of a data-parallel step: compute + 2 (k-1)/k N / bandwidth, unhidden.
+def step_time(k: int, compute_time: float, grad_bytes: float, busbw: float) -> float:
+    """Predicted seconds of a data-parallel step: compute + 2 (k-1)/k N / busbw, unhidden.
 
     `compute_time` is t_compute of one device's share of the batch (B/k for strong scaling, B
-    for weak); `bandwidth` is the ring's bus bandwidth (what `ring.bus_bandwidth` measures), so
-    the allreduce of N = grad_bytes takes 2 (k-1)/k N / bandwidth. Nothing overlaps backward:
+    for weak); `busbw` is the ring's bus bandwidth (what `ring.bus_bandwidth` measures), so
+    the allreduce of N = grad_bytes takes 2 (k-1)/k N / busbw. Nothing overlaps backward:
     an upper bound for DDP, whose buckets hide part of it.
     """
     k = whole_number(k, "k (number of devices)")
     compute_time = non_negative_number(compute_time, "compute_time (seconds)")
-    return compute_time + (ring_time(grad_bytes, k, bandwidth) if k > 1 else 0.0)
+    return compute_time + (ring_time(grad_bytes, k, busbw) if k > 1 else 0.0)
 
 
-def speedup(k: int, compute_1: float, grad_bytes: float, bandwidth: float,
+def speedup(k: int, compute_1: float, grad_bytes: float, busbw: float,
             scaling: str = "strong", compute_k: float | None = None) -> float:
     """Predicted samples/s of k devices over one device, from `step_time`.
 
@@ -99,7 +99,7 @@ def speedup(k: int, compute_1: float, grad_bytes: float, bandwidth: float,
     if scaling not in SCALINGS:
         raise ValueError(f"scaling must be one of {', '.join(SCALINGS)}, got {scaling!r}")
     k = whole_number(k, "k (number of devices)")
-    t1 = step_time(1, compute_1, grad_bytes, bandwidth)
+    t1 = step_time(1, compute_1, grad_bytes, busbw)
     if t1 == 0:
         raise ValueError("compute_1 must be > 0: one device's step takes some time")
     if compute_k is None:
@@ -107,7 +107,7 @@ def speedup(k: int, compute_1: float, grad_bytes: float, bandwidth: float,
     # The work per device never takes less than its share: no speed-up above k, unexplained.
     share = compute_1 / k if scaling == "strong" else compute_1
     compute_k = max(non_negative_number(compute_k, "compute_k (seconds)"), share)
-    tk = step_time(k, compute_k, grad_bytes, bandwidth)
+    tk = step_time(k, compute_k, grad_bytes, busbw)
     return (1 if scaling == "strong" else k) * t1 / tk
 
 

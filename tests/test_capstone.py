@@ -84,5 +84,5 @@ def test_two_processes_take_the_steps_of_one_and_time_their_allreduce():
     # A step allocates activations and gradients above the state held before it.
     assert min(one["peak_bytes"], two["peak_bytes"]) > one["grad_bytes"]
     # beta, from an allreduce of the gradients' size: busbw = 2 (k-1)/k N / t, with k = 2
-    assert two["bus_bandwidth"] == pytest.approx(two["grad_bytes"] / two["allreduce_s"])
-    assert "bus_bandwidth" not in one  # nothing to send alone
+    assert two["busbw"] == pytest.approx(two["grad_bytes"] / two["allreduce_s"])
+    assert "busbw" not in one  # nothing to send alone
