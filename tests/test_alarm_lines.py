@@ -95,7 +95,10 @@ def test_nbval_fails_exactly_the_cells_that_print_alarm_lines(tmp_path):
 def test_nbval_keeps_each_notebook_it_ran_cleanly_for_the_decks(tmp_path):
     good, bad = nbformat.v4.new_notebook(), nbformat.v4.new_notebook()
     good.cells = [nbformat.v4.new_markdown_cell("# A"), nbformat.v4.new_code_cell("print('one')"),
-                  nbformat.v4.new_code_cell("print('two')"), nbformat.v4.new_code_cell("1 + 1;")]
+                  nbformat.v4.new_code_cell("print('two')"), nbformat.v4.new_code_cell("1 + 1;"),
+                  nbformat.v4.new_code_cell("from IPython.display import clear_output\n"
+                                            "print('old'); clear_output(wait=True)\n"
+                                            "print('new')")]
     bad.cells = [nbformat.v4.new_code_cell("1 / 0")]
     nbformat.write(good, tmp_path / "good.ipynb")
     nbformat.write(bad, tmp_path / "bad.ipynb")
@@ -114,8 +117,9 @@ def test_nbval_keeps_each_notebook_it_ran_cleanly_for_the_decks(tmp_path):
                           "no:cacheprovider", "-q", "--rootdir", str(tmp_path)],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     out = run.stdout + run.stderr
-    assert "1 failed, 4 passed" in out, out
+    assert "1 failed, 5 passed" in out, out
     folder, cells = json.loads((tmp_path / "seen.json").read_text())
     assert ["".join(c["outputs"][0]["text"]) for c in cells[1:3]] == ["one\n", "two\n"]
     assert cells[3]["outputs"] == [], "a trailing ';' hides the value, as in Jupyter"
+    assert [o["text"] for o in cells[4]["outputs"]] == [["new\n"]], "clear_output, as in Jupyter"
     assert cells[0]["cell_type"] == "markdown" and not Path(folder).exists(), "removed at the end"

@@ -51,6 +51,46 @@ def pytest_configure(config):
     start_new_kernel._d2l_env_patched = True
     nbval.kernel.start_new_kernel = start_new_kernel
 
+    # Keep every iopub message a cell's run reads: nbval's own outputs ignore clear_output (the
+    # book's Animator redraws a figure that way), which Jupyter and the decks honour.
+    from nbval.plugin import IPyNbFile
+    get = IPyNbFile.get_kernel_message
+
+    @functools.wraps(get)
+    def get_kernel_message(self, *args, **kwargs):
+        msg = get(self, *args, **kwargs)
+        getattr(self, "_d2l_messages", []).append(msg)
+        return msg
+
+    IPyNbFile.get_kernel_message = get_kernel_message
+
+
+def outputs_from_messages(messages: list[dict]) -> list:
+    """A cell's outputs as Jupyter shows them: streams joined, clear_output honoured."""
+    import nbformat
+    ours = next((m["parent_header"].get("msg_id") for m in messages
+                 if m.get("msg_type") == "execute_input"), None)
+    outputs, clear = [], False
+    for msg in messages:
+        kind = msg.get("msg_type")
+        if ours is not None and msg.get("parent_header", {}).get("msg_id") != ours:
+            continue
+        if kind == "clear_output":
+            clear = bool(msg["content"].get("wait"))
+            if not clear:
+                outputs.clear()
+            continue
+        if kind not in ("stream", "display_data", "execute_result", "error"):
+            continue
+        if clear:
+            outputs, clear = [], False
+        out = nbformat.v4.output_from_msg(msg)
+        if kind == "stream" and outputs and outputs[-1].get("name") == out.name:
+            outputs[-1].text += out.text
+        else:
+            outputs.append(out)
+    return outputs
+
 
 _EXECUTED: dict = {}  # IPyNbFile -> its notebook with the outputs so far, None once a cell failed
 _FOLDER: list[Path] = []
@@ -115,6 +155,8 @@ def pytest_unconfigure(config):
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
     is_cell = hasattr(item, "raise_cell_error") and hasattr(item, "cell")
+    if is_cell:
+        item.parent._d2l_messages = []
     try:
         result = yield  # the cell ran without error (an error would have been raised here)
     except BaseException:
@@ -124,7 +166,7 @@ def pytest_runtest_call(item):
     # nbval's IPyNbCell keeps the cell's outputs (stdout, stderr, displays) in test_outputs.
     outputs = getattr(item, "test_outputs", None)
     if is_cell:
-        _keep(item, outputs or [])
+        _keep(item, outputs_from_messages(item.parent.__dict__.pop("_d2l_messages", [])))
     if outputs and is_cell:
         found = alarm_lines(outputs)
         if found:
