@@ -126,8 +126,14 @@ def _running_children(before=frozenset()):
 
 
 def _children_now(before=frozenset()):
-    return {f"launched {p.pid}": (p.pid, p.create_time())
-            for p in psutil.Process().children(recursive=True) if p.pid not in before}
+    found = {}
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.pid not in before:
+                found[f"launched {p.pid}"] = (p.pid, p.create_time())
+        except psutil.NoSuchProcess:  # ended between the listing and the question
+            pass
+    return found
 
 
 def _pids_now():
@@ -331,8 +337,10 @@ def test_interrupt_ends_torchrun_and_every_worker(worker_dir, pid_dir):
 
     def interrupt_when_all_run():
         if _wait_for(lambda: len(_recorded(pid_dir)) == 4, 120):
-            seen.update(_children_now(before))  # torchrun and the workers, while they run
-            os.kill(os.getpid(), signal.SIGINT)
+            try:
+                seen.update(_children_now(before))  # torchrun and the workers, while they run
+            finally:  # interrupt whatever happened: an error here must not become a timeout
+                os.kill(os.getpid(), signal.SIGINT)
 
     threading.Thread(target=interrupt_when_all_run, daemon=True).start()
     with pytest.raises(KeyboardInterrupt):
