@@ -20,6 +20,7 @@ from typing import Callable, Sequence
 PYTHON, TORCH = (3, 11), (2, 6)
 D2L = "d2l==1.0.3"  # its numpy 1.23.5 pin cannot install on Python 3.12+: installed --no-deps
 KEEP = ("torch", "torchvision", "numpy")  # the platform's own builds, never replaced
+DONE = "for d2l_extras; kept torch"  # the end of the line setup() prints (make compat counts it)
 
 
 def _version(name: str) -> str | None:
@@ -27,6 +28,11 @@ def _version(name: str) -> str | None:
         return metadata.version(name)
     except metadata.PackageNotFoundError:
         return None
+
+
+def _name(requirement: str) -> str:
+    """The distribution a requirement names: 'pandas' of 'pandas>=2.0'."""
+    return re.match(r"[A-Za-z0-9_.-]+", requirement).group(0)
 
 
 def _release(version: str) -> tuple[int, ...]:
@@ -48,8 +54,7 @@ def missing_requirements() -> list[str]:
         wanted = [r for r in metadata.requires("d2l-extras") or [] if "extra ==" not in r]
     except metadata.PackageNotFoundError:  # a checkout on PYTHONPATH: check_env's job
         wanted = []
-    names = [re.match(r"[A-Za-z0-9_.-]+", r).group(0) for r in wanted]
-    missing = [r for r, name in zip(wanted, names) if _version(name) is None]
+    missing = [r for r in wanted if _version(_name(r)) is None]
     return missing + ([D2L] if _version("d2l") is None else [])
 
 
@@ -75,6 +80,5 @@ def setup(run: Callable[[Sequence[str]], subprocess.CompletedProcess] = _pip) ->
                 raise RuntimeError("The install failed (pip's output above): is the "
                                    "internet on? (Kaggle: Settings > Internet)")
     importlib.invalidate_caches()
-    names = [re.match(r"[A-Za-z0-9_.-]+", r).group(0) for r in missing if r != D2L]
-    book = ["d2l 1.0.3"] if D2L in missing else []
-    print(f"Installed {', '.join(book + names)} for d2l_extras; kept torch {torch}")
+    names = (["d2l 1.0.3"] if D2L in missing else []) + [_name(r) for r in missing if r != D2L]
+    print(f"Installed {', '.join(names)} {DONE} {torch}")

@@ -30,7 +30,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 DEFAULT_OUT = ROOT / "build" / "compat"
-INSTALL_LINE = "for d2l_extras; kept torch"  # what the set-up cell prints once
+# What the set-up cell prints once: bootstrap.DONE (a literal: this file also runs as a script
+# in a hosted environment before d2l_extras is installed; tests/test_bootstrap.py compares).
+INSTALL_LINE = "for d2l_extras; kept torch"
 HOSTED_PACKAGES = ["ipykernel", "nbclient"]  # beside torch and torchvision; nothing else
 TORCH_VERSIONS = ["2.6", "2.11", "newest"]   # the oldest claimed, a GPU image's, the newest
 

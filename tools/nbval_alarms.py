@@ -131,7 +131,7 @@ def _keep(item, outputs) -> None:
     index = next(i for i, c in enumerate(notebook.nb.cells) if c is item.cell)
     if _quiet(item.cell.source):
         outputs = [o for o in outputs if o.get("output_type") != "execute_result"]
-    executed.cells[index].outputs = copy.deepcopy(outputs)
+    executed.cells[index].outputs = outputs  # built afresh for this copy
 
 
 def _quiet(source: str) -> bool:
