@@ -330,7 +330,17 @@ def test_finished_run_leaves_no_process_behind(worker_dir, pid_dir):
     assert _still_running(started) == []
 
 
-def test_interrupt_ends_torchrun_and_every_worker(worker_dir, pid_dir):
+@pytest.fixture
+def kernels_sigint():
+    # A kernel turns SIGINT into KeyboardInterrupt. Pytest started by a script as `make test &`
+    # inherits SIGINT ignored (POSIX, for background jobs without job control): the interrupt
+    # below would be lost and launch would wait out its timeout.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_interrupt_ends_torchrun_and_every_worker(worker_dir, pid_dir, kernels_sigint):
     # What stopping a notebook cell does: SIGINT to this process, KeyboardInterrupt in launch.
     seen = {}
     before = _pids_now()
