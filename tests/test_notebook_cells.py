@@ -2,8 +2,9 @@
 
 - a code cell has at most 25 lines, none wider than 80 characters (a projected slide shows that);
 - a Markdown cell fits one slide by tools/nbmeta.py's estimate;
-- `dx.record`, `dx.notice` and the report's tables live only in cells tagged `no-slide`, which
-  the decks leave out; no cell prints source code (`inspect.getsource`) for the slide;
+- `dx.notice` and the report's tables live only in cells tagged `no-slide`, which the decks
+  leave out; `dx.record` lives out of the notebook, in notebooks/records/NN-name.py (make report
+  and nbval run it after the last cell); no cell prints source code (`inspect.getsource`);
 - every notebook ends with a short list of its sources.
 """
 import json
@@ -21,6 +22,8 @@ from tools.nbmeta import SLIDE_LINES, cell_lines, hidden  # noqa: E402
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 MAX_LINES, MAX_WIDTH = 25, 80
 BOOKKEEPING = re.compile(r"\bdx\.(record|notice)\s*\(")
+RECORD = re.compile(r"\bdx\.record\s*\(")
+RECORDS = ROOT / "notebooks" / "records"
 
 
 def cells(path):
@@ -60,8 +63,12 @@ def test_markdown_cells_fit_a_slide(path):
 def test_bookkeeping_stays_out_of_teaching_cells(path):
     bad = [i for i, c in cells(path) if c["cell_type"] == "code" and not hidden(c)
            and BOOKKEEPING.search(source(c))]
-    assert not bad, (f"{path.name}: cells {bad} call dx.record/dx.notice; move that into a cell "
-                     f"tagged no-slide (e.g. the notebook's last cell)")
+    assert not bad, (f"{path.name}: cells {bad} call dx.record/dx.notice; move dx.notice into a "
+                     f"cell tagged no-slide, dx.record into notebooks/records/{path.stem}.py")
+    recorded = [i for i, c in cells(path) if RECORD.search(source(c))]
+    assert not recorded, f"{path.name}: cells {recorded} call dx.record; move it to {RECORDS}/"
+    assert RECORD.search((RECORDS / f"{path.stem}.py").read_text()), \
+        f"{RECORDS}/{path.stem}.py: record what the notebook measured, for make report"
     dumps = [i for i, c in cells(path) if "getsource(" in source(c)]
     assert not dumps, f"{path.name}: cells {dumps} print source code; show it in a cell instead"
 
@@ -79,7 +86,8 @@ def test_the_checks_catch_what_they_should():
     wide = {"cell_type": "code", "source": ["y" * 81], "metadata": {}}
     assert "26 lines" in too_big(big) and "wider" in too_big(wide)
     assert not too_big({"cell_type": "code", "source": ["x = 1\n"] * 25, "metadata": {}})
-    assert BOOKKEEPING.search("dx.record('k', 1.0, 'x')")
+    assert BOOKKEEPING.search("dx.record('k', 1.0, 'x')") and RECORD.search("dx.record (")
+    assert not RECORD.search("dx.record_timeline(f)")
     assert hidden({"metadata": {"tags": ["no-slide"]}}) and not hidden({"metadata": {}})
 
 

@@ -129,6 +129,22 @@ def test_a_real_kernel_of_this_python_records_and_saves(tmp_path):
     assert (row["key"], row["value"], row["notebook"]) == ("answer", 42.0, "nb")
 
 
+def test_a_notebooks_records_run_after_its_last_cell_and_stay_out_of_the_copy(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("import d2l_extras as dx\nx = 42")]
+    src = tmp_path / "nb.ipynb"
+    nbformat.write(nb, src)
+    (tmp_path / "records").mkdir()
+    (tmp_path / "records" / "nb.py").write_text("dx.record('answer', x, 'units')\n1 / 0\n")
+    env = {**os.environ, "D2L_REPORT_DIR": str(tmp_path / "rec"), "D2L_REPORT_NOTEBOOK": "nb",
+           "PYTHONPATH": str(rp.ROOT)}
+    error = rp.execute_notebook(src, tmp_path / "out" / "nb.ipynb", env, cell_timeout=120)
+    assert error == "records/nb.py: ZeroDivisionError: division by zero"
+    assert len(nbformat.read(tmp_path / "out" / "nb.ipynb", as_version=4).cells) == 1
+    import d2l_extras as dx
+    assert [r["value"] for r in dx.report.read_records(tmp_path / "rec")] == [42.0]
+
+
 def test_main_refuses_a_missing_notebook(tmp_path):
     with pytest.raises(SystemExit):
         rp.main([str(tmp_path / "nope.ipynb"), "--out", str(tmp_path)])

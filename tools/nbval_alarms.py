@@ -15,11 +15,13 @@ import functools
 import os
 import shutil
 import tempfile
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
 from tools.alarms import alarm_lines, explain
+from tools.report import records_source
 
 # ipykernel forwards what C++ code writes to file descriptors 1 and 2 (the profiler's "USDT:" and
 # "ERROR:" lines) into the cell's output, as Jupyter shows it to a student, except when it sees
@@ -63,6 +65,24 @@ def pytest_configure(config):
         return msg
 
     IPyNbFile.get_kernel_message = get_kernel_message
+
+    # Each notebook's records (notebooks/records/, run by make report after its last cell) run
+    # here too, as one more cell, so that a record that no longer fits its notebook fails a test.
+    collect = IPyNbFile.collect
+
+    @functools.wraps(collect)
+    def collect_with_records(self):
+        cells = list(collect(self))
+        yield from cells
+        records = records_source(Path(str(self.fspath)))
+        if records:
+            import nbformat
+            from nbval.plugin import IPyNbCell
+            yield IPyNbCell.from_parent(self, name="Cell records", cell_num=len(cells),
+                                        cell=nbformat.v4.new_code_cell(records),
+                                        options=defaultdict(bool, check=False))
+
+    IPyNbFile.collect = collect_with_records
 
 
 def outputs_from_messages(messages: list[dict]) -> list:
@@ -128,7 +148,9 @@ def _keep(item, outputs) -> None:
     if outputs is None:
         _EXECUTED[notebook] = None
         return
-    index = next(i for i, c in enumerate(notebook.nb.cells) if c is item.cell)
+    index = next((i for i, c in enumerate(notebook.nb.cells) if c is item.cell), None)
+    if index is None:  # the records, which are not part of the notebook
+        return
     if _quiet(item.cell.source):
         outputs = [o for o in outputs if o.get("output_type") != "execute_result"]
     executed.cells[index].outputs = outputs  # built afresh for this copy

@@ -5,7 +5,9 @@
 Each notebook runs top to bottom in a fresh kernel of this very interpreter (sys.executable:
 the project's .venv, or the current environment with USE_CURRENT_ENV=1), in the active profile
 (D2L_PROFILE, default class), with D2L_REPORT_DIR=OUT and D2L_REPORT_NOTEBOOK=its name, so that
-each `dx.record(key, value, unit, note)` lands in OUT/records.jsonl. Written under OUT:
+each `dx.record(key, value, unit, note)` lands in OUT/records.jsonl. The notebook's records
+(notebooks/records/NN-name.py, out of the lesson) run in its kernel after its last cell.
+Written under OUT:
 
     notebooks/NN-name.ipynb   the executed copies (also of failed notebooks, up to the error)
     records.jsonl             the raw records
@@ -28,6 +30,7 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 DEFAULT_OUT = ROOT / "build" / "report"
+RECORDS_DIR = "records"  # notebooks/records/NN-name.py: each notebook's dx.record calls
 EXECUTED = "notebooks"  # OUT/notebooks/: the executed copies, which the slides and HTML build from
 
 
@@ -60,6 +63,9 @@ def execute_notebook(source: Path, target: Path, env: dict, cell_timeout: float)
     from nbclient import NotebookClient
 
     nb = nbformat.read(source, as_version=4)
+    records = records_source(source)
+    if records:  # run after the last cell, left out of the executed copy
+        nb.cells.append(nbformat.v4.new_code_cell(records))
     client = NotebookClient(nb, timeout=cell_timeout, kernel_name="this-python",
                             kernel_manager_class=_current_python_kernel_manager(),
                             resources={"metadata": {"path": str(source.parent)}})
@@ -68,10 +74,20 @@ def execute_notebook(source: Path, target: Path, env: dict, cell_timeout: float)
         client.execute(env=env)
     except Exception as err:  # a failing cell, a dead kernel, a timeout: all end this notebook
         error = _describe(err, nb)
+        if records and error.startswith(f"cell {len(nb.cells) - 1}:"):
+            error = f"{RECORDS_DIR}/{source.stem}.py:" + error.partition(":")[2]
     finally:
+        if records:
+            nb.cells.pop()
         target.parent.mkdir(parents=True, exist_ok=True)
         nbformat.write(nb, target)
     return error
+
+
+def records_source(notebook: Path) -> str | None:
+    """The code that records what `notebook` measured (notebooks/records/), or None."""
+    path = Path(notebook).parent / RECORDS_DIR / f"{Path(notebook).stem}.py"
+    return path.read_text(encoding="utf-8") if path.is_file() else None
 
 
 def _describe(err: Exception, nb) -> str:

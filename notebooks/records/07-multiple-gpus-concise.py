@@ -1,0 +1,19 @@
+# What 07-multiple-gpus-concise.ipynb measured, for `make report`: run in its kernel after its
+# last cell (tools/report.py; make test runs it too, through nbval).
+for key, res in runs.items():
+    dx.record(f"ddp_samples_per_s_{key}", res["samples_per_s"], "samples/s",
+              f"ResNet-18 width {res['width']}, {names[key]}, "
+              f"batch {plan.batch_size}")
+dx.record("ddp_speedup", speedup.value, "x",
+          f"{k} processes / 1, samples per second")
+dx.record("ddp_accuracy_gap", gap, "1", f"final test accuracy, 1 vs {k}")
+dx.record("ddp_allreduce_hidden", hidden_share, "1",
+          "share of the allreduce time before backward ended")
+dx.record("ddp_allreduce_exposed_s", exposed, "s", "one step, rank 0")
+dx.record("ddp_comm_s", comm.value, "s",
+          f"sync step - no_sync step, {k} processes, batch {plan.per_process}")
+for s in dx.SCALINGS:
+    dx.record(f"ddp_{s}_speedup_predicted", predicted[s], "x",
+              f"{s} scaling, {k} processes, from t_compute and the allreduce")
+    dx.record(f"ddp_{s}_speedup_measured", measured[s].value, "x",
+              f"{s} scaling, {k} processes, timed steps")
