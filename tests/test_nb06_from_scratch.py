@@ -76,3 +76,9 @@ def test_train_batch_equals_dx(nb, k):
     for copy_mine, copy_ref in zip(mine, ref):
         for p, q in zip(copy_mine, copy_ref):
             torch.testing.assert_close(p, q)
+
+
+def test_d2l_try_all_gpus_lists_cuda_gpus_only():
+    # Notebook 06 contrasts d2l.try_all_gpus() (CUDA GPUs, none here) with dx.devices().
+    from d2l import torch as d2l
+    assert len(d2l.try_all_gpus()) == torch.cuda.device_count()
