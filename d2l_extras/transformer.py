@@ -1,9 +1,4 @@
-"""A small character-level transformer for the capstone: its text, model, loss and sizes.
-
-The capstone notebook (09) makes one training step of `TinyGPT` faster, lever by lever, and the
-DDP worker trains the same model in several processes; both import it from here so that every
-configuration trains exactly the same network on exactly the same batches.
-"""
+"""The capstone's character-level transformer (notebook 09, capstone.py): text, model, sizes."""
 from __future__ import annotations
 
 import math
@@ -19,14 +14,6 @@ from .hardware import free_memory
 from .profiles import PROFILES, profile
 from .sizes import device_kind
 
-SPLITS = ("train", "val")
-
-
-def _texts() -> dict[str, resources.abc.Traversable]:
-    """The texts shipped in d2l_extras/texts, by name (the file name without .txt)."""
-    folder = resources.files("d2l_extras") / "texts"
-    return {f.name[:-4]: f for f in folder.iterdir() if f.name.endswith(".txt")}
-
 
 class CharText:
     """A text as character ids: vocabulary, encode/decode, a 90/10 split and random batches."""
@@ -36,17 +23,14 @@ class CharText:
             raise TypeError(f"CharText needs a str, got {type(text).__name__}")
         if not 0 < val_fraction < 1:
             raise ValueError(f"val_fraction is in (0, 1), got {val_fraction!r}")
-        n_val = int(len(text) * val_fraction)
-        if n_val < 2 or len(text) - n_val < 2:
+        n_train = len(text) - int(len(text) * val_fraction)
+        if min(n_train, len(text) - n_train) < 2:
             raise ValueError(f"a text of {len(text)} characters is too short to split into "
                              f"training and validation parts of at least 2 characters each")
-        self.text = text
-        self.vocab: list[str] = sorted(set(text))
+        self.text, self.vocab = text, sorted(set(text))
         self._index = {ch: i for i, ch in enumerate(self.vocab)}
-        ids = self.encode(text)
         # In order: the validation part is the end of the text, never seen in training.
-        self.train: torch.Tensor = ids[:len(text) - n_val]
-        self.val: torch.Tensor = ids[len(text) - n_val:]
+        self.train, self.val = self.encode(text).split([n_train, len(text) - n_train])
 
     def __len__(self) -> int:
         return len(self.text)
@@ -59,8 +43,7 @@ class CharText:
         """The ids of the characters of s (a LongTensor); unknown characters are a ValueError."""
         if not isinstance(s, str):
             raise TypeError(f"encode() needs a str, got {type(s).__name__}")
-        unknown = sorted(set(s) - self._index.keys())
-        if unknown:
+        if unknown := sorted(set(s) - self._index.keys()):
             raise ValueError(f"characters not in the vocabulary: {''.join(unknown)!r}")
         return torch.tensor([self._index[ch] for ch in s], dtype=torch.long)
 
@@ -70,17 +53,15 @@ class CharText:
         if ids.dim() != 1 or ids.is_floating_point():
             raise ValueError(f"decode() needs a 1-d sequence of integer ids, got shape "
                              f"{tuple(ids.shape)} of {ids.dtype}")
-        values = ids.tolist()
-        bad = [i for i in values if not 0 <= i < len(self.vocab)]
-        if bad:
+        if bad := [i for i in ids.tolist() if not 0 <= i < len(self.vocab)]:
             raise ValueError(f"ids outside the vocabulary (0..{len(self.vocab) - 1}): {bad[:5]}")
-        return "".join(self.vocab[i] for i in values)
+        return "".join(self.vocab[i] for i in ids.tolist())
 
     def batch(self, batch_size: int, seq_len: int, generator: torch.Generator,
               split: str = "train") -> tuple[torch.Tensor, torch.Tensor]:
         """Random windows (X, Y) of shape (batch_size, seq_len); Y is X shifted by one."""
-        if split not in SPLITS:
-            raise ValueError(f"unknown split {split!r}; use one of {', '.join(SPLITS)}")
+        if split not in ("train", "val"):
+            raise ValueError(f"unknown split {split!r}; use one of train, val")
         batch_size = whole_number(batch_size, "batch_size")
         seq_len = whole_number(seq_len, "seq_len")
         if not isinstance(generator, torch.Generator):
@@ -92,17 +73,17 @@ class CharText:
                              f"the {split} split; use seq_len < {len(data)}")
         starts = torch.randint(0, len(data) - seq_len, (batch_size,), generator=generator,
                                device=generator.device)
-        rows = starts.cpu()[:, None] + torch.arange(seq_len + 1)
-        windows = data[rows]
+        windows = data[starts.cpu()[:, None] + torch.arange(seq_len + 1)]
         return windows[:, :-1].contiguous(), windows[:, 1:].contiguous()
 
 
 def load_text(name: str = "timemachine", max_chars: int | None = None) -> CharText:
     """A text shipped with d2l_extras (The Time Machine by default), as a CharText."""
-    texts = _texts()
-    if name not in texts:
-        raise ValueError(f"no text {name!r}; available: {', '.join(sorted(texts))}")
-    text = texts[name].read_text(encoding="utf-8")
+    folder = resources.files("d2l_extras") / "texts"
+    names = sorted(f.name[:-4] for f in folder.iterdir() if f.name.endswith(".txt"))
+    if name not in names:
+        raise ValueError(f"no text {name!r}; available: {', '.join(names)}")
+    text = (folder / f"{name}.txt").read_text(encoding="utf-8")
     if max_chars is not None:
         text = text[:whole_number(max_chars, "max_chars")]
     return CharText(text)
@@ -123,16 +104,13 @@ class CausalSelfAttention(nn.Module):
         """softmax(q k^T / sqrt(d) + causal mask) v, written out (FlashAttention fuses it)."""
         T = q.shape[-2]
         scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-        scores = scores.masked_fill(~self.mask[:T, :T], float("-inf"))
-        return scores.softmax(dim=-1) @ v
+        return scores.masked_fill(~self.mask[:T, :T], float("-inf")).softmax(dim=-1) @ v
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, D = x.shape
         # (B, T, 3D) -> three (B, heads, T, D / heads)
-        q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, D // self.n_heads).permute(
-            2, 0, 3, 1, 4)
-        y = self.attend(q, k, v)
-        return self.proj(y.transpose(1, 2).reshape(B, T, D))
+        qkv = self.qkv(x).view(B, T, 3, self.n_heads, D // self.n_heads).permute(2, 0, 3, 1, 4)
+        return self.proj(self.attend(*qkv).transpose(1, 2).reshape(B, T, D))
 
 
 class Block(nn.Module):
@@ -169,15 +147,11 @@ class TinyGPT(nn.Module):
         self.blocks = nn.ModuleList(Block(d_model, n_heads, seq_len) for _ in range(n_layers))
         self.ln_f = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, vocab_size, bias=False)
-        self.apply(self._init)
-
-    @staticmethod
-    def _init(module: nn.Module) -> None:
-        # GPT-2's initialization: small normal weights, zero biases
-        if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(module.weight, std=0.02)
-        if isinstance(module, nn.Linear) and module.bias is not None:
-            nn.init.zeros_(module.bias)
+        for module in self.modules():  # GPT-2's initialization: small normal weights, no biases
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, std=0.02)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         """Logits (B, T, vocab) of the next character after each position of X (B, T)."""
@@ -198,16 +172,12 @@ def lm_loss(model: nn.Module, X: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
     logits = model(X)
     if Y.shape != logits.shape[:2]:
         raise ValueError(f"Y must have X's shape {tuple(logits.shape[:2])}, got {tuple(Y.shape)}")
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), Y.reshape(-1))
+    return F.cross_entropy(logits.flatten(0, 1).float(), Y.flatten())
 
 
-# --- sizes
-
-# Model shapes per device kind and profile: (d_model, n_heads, n_layers, seq_len, batch, steps).
-# On a CPU the model is tiny, so that the class profile runs in about a minute with
-# torch.compile's compile time. On a GPU, `full` is GPT-2 small's shape (nanoGPT) at seq 256: its
-# larger batch fills a large GPU. Where free memory is short, the batch shrinks first, then the
-# next smaller shape is taken.
+# (d_model, n_heads, n_layers, seq_len, batch, steps) per device kind and profile. The CPU's are
+# tiny (the class profile runs in about a minute with compile time); the GPU's `full` is GPT-2
+# small's shape (nanoGPT) at seq 256, whose larger batch fills a large GPU.
 _SHAPES = {
     "cpu": {"ci": (64, 4, 2, 64, 16, 40), "class": (64, 4, 2, 64, 32, 60),
             "full": (256, 8, 4, 128, 32, 1000)},
@@ -224,22 +194,16 @@ def training_bytes(d_model: int, n_heads: int, n_layers: int, seq_len: int,
                    batch: int) -> int:
     """Bytes one float32 Adam training step of TinyGPT holds, over-estimated for sizing."""
     params = 12 * n_layers * d_model ** 2 + (seq_len + 2 * _VOCAB) * d_model
-    state = 16 * params                         # weights, gradients, Adam's two moments
-    # Per layer and sequence: about 24 (T x d) tensors (LayerNorms, q k v, the 4d MLP and its
-    # GELU, residuals) and 3 (heads x T x T) score tensors (scores, mask, softmax), float32;
-    # then the logits, their log-softmax and gradient. Backward adds about one layer's worth.
+    # Weights, gradients, Adam's two moments; per layer and sequence about 24 (T x d) float32
+    # tensors (LayerNorms, q k v, the MLP, residuals) and 3 (heads x T x T) ones (scores, mask,
+    # softmax), plus the logits, their log-softmax and gradient. Backward adds about one layer.
     layer = 4 * (24 * seq_len * d_model + 3 * n_heads * seq_len ** 2)
-    per_sequence = (n_layers + 1) * layer + 3 * 4 * seq_len * _VOCAB
-    return state + batch * per_sequence
+    return 16 * params + batch * ((n_layers + 1) * layer + 3 * 4 * seq_len * _VOCAB)
 
 
 def capstone_sizes(device: torch.device | str, *, budget: int | None = None,
                    profile_name: str | None = None) -> dict[str, int]:
-    """The capstone's model and batch (d_model, n_heads, n_layers, seq_len, batch, steps).
-
-    On a GPU, or with `budget` (bytes, to test any GPU anywhere), GROWTH x batch fits in
-    60% of the free memory; `steps` is the length of the notebook's final training run.
-    """
+    """The capstone's shape, batch and steps; on a GPU (or a budget) GROWTH x batch must fit."""
     prof = profile() if profile_name is None else profile_name
     if prof not in PROFILES:
         raise ValueError(f"unknown profile {prof!r}; use one of {', '.join(PROFILES)}")
@@ -247,10 +211,9 @@ def capstone_sizes(device: torch.device | str, *, budget: int | None = None,
     keys = ("d_model", "n_heads", "n_layers", "seq_len", "batch", "steps")
     if kind == "cpu" and budget is None:
         return dict(zip(keys, _SHAPES["cpu"][prof]))
-    # On a GPU (or with a budget): the profile's shape, else smaller ones, with the largest
-    # batch that fits `_FRACTION` of free memory.
-    shapes = list(_SHAPES[kind].values())
-    start = PROFILES.index(prof)
+    # With a budget (bytes, to size any GPU anywhere) or on a GPU: the profile's shape, else
+    # smaller ones, with the largest batch that fits _FRACTION of free memory.
+    shapes, start = list(_SHAPES[kind].values()), PROFILES.index(prof)
     free = free_memory(device) if budget is None else budget
     for d, h, L, T, wanted, _ in reversed(shapes[:start + 1]):
         state = training_bytes(d, h, L, T, 0)
