@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib
 import importlib.util
 import os
 import sys
@@ -12,47 +11,32 @@ from typing import Callable, Iterator, TypeVar
 
 import torch
 
-from .hwbench import TENSOR_CORE_DTYPES
+from . import hwbench
+from .report import notice
 
 F = TypeVar("F", bound=Callable)
 
-# The false alarm 'No CUDA runtime is found' is silenced in timing.py, which this module
-# imports (through hwbench) and which is the first to import torch.utils.cpp_extension.
-
-
-# --- can torch.compile build code here?
-
-# On a CUDA GPU Inductor writes Triton kernels. Where Triton cannot serve the GPU the first
-# compiled call raises (torch/_inductor/scheduler.py, create_backend: GPUTooOldForTriton below
-# compute capability 7.0, TritonMissing without the package, as on Windows). bfloat16 needs 8.0:
-# Inductor skips a frame with bfloat16 inputs or outputs there, warning and running it eagerly
-# (compile_fx.py, _check_triton_bf16_support), and bfloat16 inside a graph fails in ptxas
-# ("Feature '.bf16' requires .target sm_80", pytorch/pytorch#118122). All known up front.
-_TRITON_MIN = (7, 0)  # compute capability
-# Native bfloat16 (what Triton checks: is_bf16_supported(including_emulation=False)) came with
-# the Tensor Cores of Ampere: one rule, hwbench's table.
-_BF16_MIN = TENSOR_CORE_DTYPES["bfloat16"]
-_PLATFORMS = ("linux", "windows")
+# Inductor's Triton kernels need compute capability 7.0, and bfloat16 Ampere's (8.0): else the
+# first compiled call raises or runs eagerly (pytorch/pytorch#118122). All known up front.
+_TRITON_MIN, _BF16_MIN = (7, 0), hwbench.TENSOR_CORE_DTYPES["bfloat16"]
+_PLATFORM = "windows" if sys.platform == "win32" else "linux"
+_TRITON = importlib.util.find_spec("triton") is not None
 
 
 def gpu_compile_rule(capability: tuple[int, int], platform: str = "linux",
                      dtype: torch.dtype | None = None,
                      triton: bool | None = None) -> tuple[bool, str]:
-    """Whether torch.compile can build code for an NVIDIA GPU of this compute capability; why not.
-
-    `triton`: whether the package is installed; by default as torch's CUDA wheels ship it:
-    with Triton on Linux, without on Windows.
-    """
+    """(works, why): can torch.compile build for this NVIDIA compute capability (and Triton)?"""
     if not (isinstance(capability, tuple) and len(capability) == 2
             and all(type(v) is int and v >= 0 for v in capability)):
         raise ValueError(f"gpu_compile_rule(): capability is (major, minor), such as (7, 5) "
                          f"for a T4, got {capability!r}")
-    if platform not in _PLATFORMS:
-        raise ValueError(f"gpu_compile_rule(): platform is one of {_PLATFORMS}, got {platform!r}")
+    if platform not in ("linux", "windows"):
+        raise ValueError(f"gpu_compile_rule(): platform is 'linux' or 'windows', got {platform!r}")
     have, need, bf16 = ("{}.{}".format(*c) for c in (capability, _TRITON_MIN, _BF16_MIN))
     if capability < _TRITON_MIN:
         return False, f"Triton needs compute capability {need}+, this GPU has {have}"
-    if not (platform == "linux" if triton is None else triton):
+    if not (platform == "linux" if triton is None else triton):  # as torch's CUDA wheels ship
         where = "pip install triton-windows" if platform == "windows" else "pip install triton"
         return False, f"Triton is not installed ({where})"
     if dtype == torch.bfloat16 and capability < _BF16_MIN:
@@ -60,32 +44,20 @@ def gpu_compile_rule(capability: tuple[int, int], platform: str = "linux",
     return True, "Triton builds kernels for this GPU"
 
 
-def _on_windows() -> bool:
-    return sys.platform == "win32"
-
-
-def _triton_installed() -> bool:
-    return importlib.util.find_spec("triton") is not None
-
-
 def _probe_device(device: torch.device | str | None) -> torch.device:
-    """The device to probe, with its index (cuda means the current GPU); the CPU by default."""
     try:
         device = torch.device("cpu" if device is None else device)
     except (RuntimeError, TypeError) as err:
-        raise ValueError(f"compile_support(): {err}; pass a device such as 'cpu' or "
-                         "'cuda:0'") from None
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"compile_support(): no CUDA GPU is visible, so nothing runs on "
-                             f"{device}; pass the device the tensors live on")
-        return torch.device("cuda", torch.cuda.current_device() if device.index is None
-                            else device.index)
-    return torch.device("cpu") if device.type == "cpu" else device
+        raise ValueError(f"compile_support(): {err}; pass a device such as 'cuda:0'") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"compile_support(): no CUDA GPU is visible, so nothing runs on "
+                         f"{device}; pass the device the tensors live on")
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu") if device.type == "cpu" else device  # cpu:0 is probed as cpu
 
 
 def _compile_probe(device: torch.device, dtype: torch.dtype) -> tuple[bool, str]:
-    """Compile a tiny function for `device` and `dtype` and check its answer."""
     try:
         fn = torch.compile(lambda x: torch.relu(x) * 2 + 1)
         x = torch.randn(8, device=device, dtype=dtype)
@@ -99,20 +71,15 @@ def _compile_probe(device: torch.device, dtype: torch.dtype) -> tuple[bool, str]
 def _support(device: torch.device, dtype: torch.dtype) -> tuple[bool, str]:
     if device.type == "cuda" and not torch.version.hip:  # ROCm's Triton serves every AMD GPU
         props = torch.cuda.get_device_properties(device)
-        works, reason = gpu_compile_rule((props.major, props.minor),
-                                         "windows" if _on_windows() else "linux", dtype,
-                                         _triton_installed())
-        if not works:  # known without compiling: the first compiled call would raise
+        works, reason = gpu_compile_rule((props.major, props.minor), _PLATFORM, dtype, _TRITON)
+        if not works:
             return False, f"{props.name}: {reason}"
     return _compile_probe(device, dtype)
 
 
 def compile_support(device: torch.device | str | None = None,
                     dtype: torch.dtype | None = None) -> tuple[bool, str]:
-    """(works, reason): can torch.compile build code for `device` (the CPU by default), `dtype`?
-
-    Known rules first (gpu_compile_rule), then a tiny compile; once per device and dtype.
-    """
+    """(works, reason): can torch.compile build code for `device` (the CPU by default), `dtype`?"""
     dtype = torch.float32 if dtype is None else dtype
     if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
         raise ValueError(f"compile_support(): dtype is a floating-point torch.dtype, such as "
@@ -126,50 +93,31 @@ def maybe_compile(fn: F, device: torch.device | str | None = None,
     works, reason = compile_support(device, dtype)
     if works:
         return torch.compile(fn, **options)
-    from .report import notice  # once per process and reason, however many models fall back
-
     where = _probe_device(device)
-    advice = (" On Windows install the MSVC build tools, on macOS the Xcode command line "
-              "tools." if where.type == "cpu" else "")
-    notice(f"torch.compile is not usable on {where} ({reason[:120]}); running eagerly "
-           f"instead.{advice}")
+    advice = " On Windows install the MSVC build tools, on macOS the Xcode command line tools."
+    notice(f"torch.compile is not usable on {where} ({reason[:120]}); running eagerly instead."
+           + (advice if where.type == "cpu" else ""))  # once, however many models fall back
     return fn
-
-
-# --- reading the measurements
-
-def _clear_inductor_memory() -> None:
-    # Inductor keeps compiled code in memory too; the function that forgets it was renamed.
-    from torch._inductor import utils
-    clear = getattr(utils, "clear_caches", None) or getattr(utils, "clear_inductor_caches", None)
-    if clear is not None:
-        clear()
 
 
 @contextlib.contextmanager
 def fresh_compile_cache() -> Iterator[str]:
-    """Compile into a new, empty cache folder (removed afterwards): the first compile is cold.
-
-    Inductor keeps what it compiled in a folder of the temporary directory, so a rerun of a
-    notebook compiles from that cache and its "first call" takes a fraction of a cold one.
-    Inside this block the cache starts empty: the first compilation is cold, later ones find
-    the cache that it filled. Yields the folder.
-    """
+    """Compile into a new, empty cache folder (removed afterwards); yield the folder."""
+    # Inductor caches on disk (so a rerun would compile warm) and in memory (clear, now renamed).
+    from torch._inductor import utils
+    clear = getattr(utils, "clear_caches", getattr(utils, "clear_inductor_caches", lambda: None))
     keys = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
-    before = {key: os.environ.get(key) for key in keys}
+    before = {key: os.environ[key] for key in keys if key in os.environ}
     with tempfile.TemporaryDirectory(prefix="d2l-inductor-") as folder:
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = folder
-        os.environ["TRITON_CACHE_DIR"] = os.path.join(folder, "triton")
-        _clear_inductor_memory()
+        os.environ.update(zip(keys, (folder, os.path.join(folder, "triton"))))
+        clear()
         try:
             yield folder
         finally:
-            for key, value in before.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
-            _clear_inductor_memory()
+            for key in keys:
+                os.environ.pop(key, None)
+            os.environ.update(before)
+            clear()
 
 
 def last_level_cache(device: torch.device | str = "cpu") -> tuple[str, int] | None:
@@ -177,13 +125,8 @@ def last_level_cache(device: torch.device | str = "cpu") -> tuple[str, int] | No
     device = torch.device(device)
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
-        size = getattr(props, "L2_cache_size", 0)  # in torch since 2.1; absent on some builds
+        size = getattr(props, "L2_cache_size", 0)  # absent on some builds
         return (f"L2 of the {props.name}", int(size)) if size else None
-    if device.type == "cpu":
-        from .hwbench import cache_sizes  # imported here: hwbench is large and rarely needed
-        sizes = cache_sizes()
-        if not sizes:
-            return None
-        name = max(sizes, key=sizes.get)
-        return (f"{name} of the CPU", sizes[name])
-    return None  # MPS and others do not report their caches to torch
+    sizes = hwbench.cache_sizes() if device.type == "cpu" else None  # MPS reports none
+    name = max(sizes, key=sizes.get) if sizes else None
+    return (f"{name} of the CPU", sizes[name]) if name else None

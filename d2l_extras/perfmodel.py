@@ -1,13 +1,8 @@
 """Models of compute: one call takes about max(overhead, bytes / bandwidth, flops / peak).
-
-Three numbers of a machine are enough for a first estimate: the fixed cost of one call (Python,
-the dispatcher, a kernel launch), the memory bandwidth and the peak arithmetic rate. Whichever
-term is largest names the regime an operation is in, and so what would make it faster. The
-roofline draws the same model as a rate (attainable FLOP/s against FLOP per byte), and
-memory_regime says which memory a chain of elementwise passes streams from.
-"""
+The largest term names the regime, and so what would make it faster; the roofline is its rate."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -15,7 +10,6 @@ from .bands import Band
 from .checks import non_negative_number, positive_number, whole_number
 
 GB = 1e9  # rates are decimal (GB/s, GFLOP/s) as vendors print them; sizes are binary (KiB, MiB)
-
 # The three terms of the model, and the name of the regime where each one is the largest.
 REGIMES = {"overhead": "overhead-bound", "memory": "memory-bound", "compute": "compute-bound"}
 
@@ -24,14 +18,13 @@ REGIMES = {"overhead": "overhead-bound", "memory": "memory-bound", "compute": "c
 class PerformanceModel:
     """A machine in three numbers: seconds per call, bytes per second, FLOP per second."""
 
-    overhead_s: float   # fixed seconds per call, whatever it computes
+    overhead_s: float   # fixed seconds per call (Python, the dispatcher, a kernel launch)
     bandwidth: float    # bytes per second between memory and the processor
     peak: float         # floating point operations per second
 
     def __post_init__(self) -> None:
-        positive_number(self.overhead_s, "PerformanceModel: overhead_s (seconds per call)")
-        positive_number(self.bandwidth, "PerformanceModel: bandwidth (bytes per second)")
-        positive_number(self.peak, "PerformanceModel: peak (FLOP per second)")
+        for name in ("overhead_s", "bandwidth", "peak"):
+            positive_number(getattr(self, name), f"PerformanceModel: {name}")
 
     def terms(self, flops: float, n_bytes: float) -> dict[str, float]:
         """Seconds of one call under each limit alone: 'overhead', 'memory' and 'compute'."""
@@ -46,12 +39,10 @@ class PerformanceModel:
         return max(self.terms(flops, n_bytes).values())
 
     def regime(self, flops: float, n_bytes: float) -> str:
-        """'overhead-bound', 'memory-bound' or 'compute-bound': where the largest term comes from."""
+        """'overhead-bound', 'memory-bound' or 'compute-bound': the largest term's regime."""
         terms = self.terms(flops, n_bytes)
         return REGIMES[max(terms, key=terms.get)]
 
-
-# The roofline: which operations the memory limits and which the arithmetic limits.
 
 @dataclass
 class Kernel:
@@ -102,11 +93,9 @@ class Roof:
 
     @property
     def set_by(self) -> tuple[str, str]:
-        """Which measurements set the bandwidth roof and the peak."""
-        close = lambda a, b: abs(a - b) <= 1e-9 * max(abs(a), abs(b))
-        bw = [k for k, v in self.probes.items() if close(v, self.bandwidth_gbps)]
-        peak = [k for k, v in self.probes.items() if close(v, self.peak_gflops)]
-        return (bw[0] if bw else "given", peak[0] if peak else "given")
+        """Which measurements set the bandwidth roof and the peak ('given' if none)."""
+        return tuple(next((k for k, v in self.probes.items() if math.isclose(v, roof)), "given")
+                     for roof in (self.bandwidth_gbps, self.peak_gflops))
 
     @property
     def ridge(self) -> float:
@@ -120,18 +109,15 @@ class Roof:
 
 def roof_violations(kernels: Sequence[Kernel], roof: Roof, tolerance: float = 0.1,
                     cache_bytes: float = 0) -> list[str]:
-    """Kernels measured above the roof by more than `tolerance` (a fraction), described.
-
-    A cache of `cache_bytes` may keep that much of a kernel's data from one call to the next, so
-    that only the rest crosses the memory bus: a kernel moving B bytes then meets the slanted
-    roof at bandwidth x B / (B - cache_bytes), and one that fits the cache the flat roof alone.
-    """
+    """Kernels measured above the roof by more than `tolerance` (a fraction), described."""
     if not 0 <= tolerance < 1:
         raise ValueError(f"tolerance is a fraction in [0, 1), got {tolerance}")
     if not cache_bytes >= 0:
         raise ValueError(f"cache_bytes is a size in bytes >= 0 (0: no cache), got {cache_bytes}")
 
     def bound(k: Kernel) -> float:
+        # A cache may keep `cache_bytes` of a kernel's data between calls: only the rest crosses
+        # the memory bus, and a kernel that fits the cache meets the flat roof alone.
         if k.bytes <= cache_bytes:
             return roof.peak_gflops
         bandwidth = roof.bandwidth_gbps * k.bytes / (k.bytes - cache_bytes)
@@ -142,11 +128,7 @@ def roof_violations(kernels: Sequence[Kernel], roof: Roof, tolerance: float = 0.
 
 
 def memory_regime(operand_bytes: int, cache_bytes: int | None, live: int = 3) -> str:
-    """Where an elementwise chain's passes go: 'memory', 'cache', 'mixed' or 'unknown'.
-
-    One eager operator reads one or two operands and writes a third, so about `live` operands
-    of `operand_bytes` must stay in the cache for the passes to be served from it.
-    """
+    """Where an elementwise chain's passes go: 'memory', 'cache', 'mixed' or 'unknown'."""
     operand_bytes = whole_number(operand_bytes, "memory_regime(): operand_bytes")
     live = whole_number(live, "memory_regime(): live")
     if cache_bytes is None:
@@ -154,6 +136,5 @@ def memory_regime(operand_bytes: int, cache_bytes: int | None, live: int = 3) ->
     cache_bytes = whole_number(cache_bytes, "memory_regime(): cache_bytes (None when unknown)")
     if operand_bytes > cache_bytes:
         return "memory"   # not even one operand fits: every pass streams from main memory
-    if live * operand_bytes <= cache_bytes:
-        return "cache"    # input, temporary and result fit: passes are served by the cache
-    return "mixed"
+    # One eager operator reads one or two operands and writes a third: `live` must fit.
+    return "cache" if live * operand_bytes <= cache_bytes else "mixed"

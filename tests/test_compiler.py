@@ -83,8 +83,8 @@ NAMES = {"P100": "Tesla P100-PCIE-16GB", "T4": "Tesla T4",
 def fake_gpu(fake_gpu, monkeypatch):
     """Pretend GPU 0 is one of NAMES on Linux with Triton; return the tiny compiles run."""
     probes = []
-    monkeypatch.setattr(compiler, "_on_windows", lambda: False)
-    monkeypatch.setattr(compiler, "_triton_installed", lambda: True)
+    monkeypatch.setattr(compiler, "_PLATFORM", "linux")
+    monkeypatch.setattr(compiler, "_TRITON", True)
     # a cache of its own: the real CPU result stays cached for the other tests
     monkeypatch.setattr(compiler, "_support", functools.cache(compiler._support.__wrapped__))
     monkeypatch.setattr(compiler, "_compile_probe",
@@ -122,8 +122,8 @@ def test_an_h100_compiles_a_tiny_function_on_the_gpu_once_per_dtype(fake_gpu):
 
 def test_windows_without_triton(fake_gpu, monkeypatch):
     probes = fake_gpu("laptop")
-    monkeypatch.setattr(compiler, "_on_windows", lambda: True)
-    monkeypatch.setattr(compiler, "_triton_installed", lambda: False)
+    monkeypatch.setattr(compiler, "_PLATFORM", "windows")
+    monkeypatch.setattr(compiler, "_TRITON", False)
     works, reason = dx.compile_support("cuda")
     assert not works and "pip install triton-windows" in reason and probes == []
 
