@@ -1,29 +1,24 @@
-"""Readings that know their noise: a value with its band, a comparison, a prediction checked.
-
-A measurement is a band, not a number: the median of repeated runs and the interquartile range
-around it (`Band.of`). Bands combine by interval arithmetic, so a ratio or a difference of two
-measurements carries the band of both. Two verdicts are read off them:
-
-* `compare(new, old)`: how many times as fast `new` is, and "faster", "slower" or "within
-  noise". The band is widened by `NOISE_FLOOR` (a factor of 1.1 each way): what varies from one
-  run to the next (the clock speed, another program) that the spread inside one run cannot show.
-* `check_prediction(predicted, measured, tolerance)`: "as predicted" only when the prediction
-  lies in the measured band widened by the model's tolerance; otherwise by how much it misses.
-"""
+"""Readings that know their noise: a value with its band, a comparison, a prediction checked."""
 from __future__ import annotations
 
 import math
+import numbers
+import operator
 import statistics
 from dataclasses import dataclass
-from typing import Iterable, Union
+from functools import partialmethod
+from typing import Callable, Iterable
 
-NOISE_FLOOR = 0.10   # run-to-run drift no single run shows: a comparison's smallest band
-VERDICTS = ("faster", "slower", "within noise")
+from .checks import non_negative_number, positive_number
+
+NOISE_FLOOR = 0.10   # run-to-run drift (clock speed, other programs) that no single run shows
 
 
-def _finite(x: object, what: str) -> float:
-    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+def _finite(x: object, what: str, fraction: bool = False) -> float:
+    if isinstance(x, bool) or not isinstance(x, numbers.Real) or not math.isfinite(x):
         raise ValueError(f"{what} must be a finite number, got {x!r}")
+    if fraction and not 0 <= x < 1:
+        raise ValueError(f"{what} is a fraction in [0, 1), got {x}")
     return float(x)
 
 
@@ -45,11 +40,11 @@ class Band:
     @classmethod
     def of(cls, samples: Iterable[float]) -> "Band":
         """The median of the samples and their interquartile range (one sample: no range)."""
-        xs = sorted(_finite(x, "each sample") for x in samples)
+        xs = [_finite(x, "each sample") for x in samples]
         if not xs:
             raise ValueError("Band.of() needs at least one sample")
         if len(xs) == 1:
-            return cls(xs[0], xs[0], xs[0])
+            return cls.exact(xs[0])
         q1, median, q3 = statistics.quantiles(xs, n=4, method="inclusive")
         return cls(median, q1, q3)
 
@@ -63,58 +58,35 @@ class Band:
         """Half the band's width relative to the value (0.03: about +-3%)."""
         return (self.high - self.low) / 2 / abs(self.value) if self.value else math.inf
 
-    @property
-    def pm(self) -> str:
-        """The spread as text: '±3%', or '±<1%' below half a percent."""
-        return f"±{self.spread:.0%}" if self.spread >= 0.005 else "±<1%"
+    pm = property(lambda self: f"±{self.spread:.0%}" if self.spread >= 0.005 else "±<1%",
+                  doc="The spread as text: '±3%', or '±<1%' below half a percent.")
 
     def contains(self, x: float) -> bool:
         """Whether x lies inside the band."""
         return self.low <= _finite(x, "contains(): x") <= self.high
 
     def widen(self, tolerance: float) -> "Band":
-        """The band stretched by a factor of 1 + tolerance on both sides (0.25: 1.25x each way).
+        """The band stretched by a factor of 1 + tolerance on both sides (0.25: 1.25x each way)."""
+        # A positive low end is divided by the factor: "within 25%" means the same either way.
+        t = non_negative_number(tolerance, "widen(): tolerance")
+        low = self.low / (1 + t) if self.low > 0 else self.low - t * abs(self.low)
+        high = self.high * (1 + t) if self.high > 0 else self.high + t * abs(self.high)
+        return Band(self.value, low, high)
 
-        A positive low end is divided by the factor, so that "within 25%" means the same
-        either way; a low end at or below zero (a difference) moves down by that share.
-        """
-        tolerance = _finite(tolerance, "widen(): tolerance")
-        if tolerance < 0:
-            raise ValueError(f"widen(): tolerance must be >= 0, got {tolerance}")
-        low = (self.low / (1 + tolerance) if self.low > 0
-               else self.low - tolerance * abs(self.low))
-        return Band(self.value, low, self.high * (1 + tolerance) if self.high > 0
-                    else self.high + tolerance * abs(self.high))
+    def _arith(self, other: "Band | float", op: Callable, swap: bool = False) -> "Band":
+        # Interval arithmetic: the result's band holds every outcome of the operands' bands.
+        a, b = (_band(other), self) if swap else (self, _band(other))
+        if op is operator.truediv and b.low <= 0 <= b.high:
+            raise ValueError(f"cannot divide by a band that holds zero: {b}")
+        corners = [op(x, y) for x in (a.low, a.high) for y in (b.low, b.high)]
+        return Band(op(a.value, b.value), min(corners), max(corners))
 
-    # Interval arithmetic: the result's band holds every outcome of the operands' bands.
-    def __add__(self, other: "Band | float") -> "Band":
-        o = _band(other)
-        return Band(self.value + o.value, self.low + o.low, self.high + o.high)
-
-    __radd__ = __add__
-
-    def __sub__(self, other: "Band | float") -> "Band":
-        o = _band(other)
-        return Band(self.value - o.value, self.low - o.high, self.high - o.low)
-
-    def __rsub__(self, other: float) -> "Band":
-        return _band(other) - self
-
-    def __mul__(self, other: "Band | float") -> "Band":
-        o = _band(other)
-        corners = [a * b for a in (self.low, self.high) for b in (o.low, o.high)]
-        return Band(self.value * o.value, min(corners), max(corners))
-
-    __rmul__ = __mul__
-
-    def __truediv__(self, other: "Band | float") -> "Band":
-        o = _band(other)
-        if o.low <= 0 <= o.high:
-            raise ValueError(f"cannot divide by a band that holds zero: {o}")
-        return self * Band(1 / o.value, 1 / o.high, 1 / o.low)
-
-    def __rtruediv__(self, other: float) -> "Band":
-        return _band(other) / self
+    __add__ = __radd__ = partialmethod(_arith, op=operator.add)
+    __mul__ = __rmul__ = partialmethod(_arith, op=operator.mul)
+    __sub__ = partialmethod(_arith, op=operator.sub)
+    __rsub__ = partialmethod(_arith, op=operator.sub, swap=True)
+    __truediv__ = partialmethod(_arith, op=operator.truediv)
+    __rtruediv__ = partialmethod(_arith, op=operator.truediv, swap=True)
 
     def __float__(self) -> float:
         return self.value
@@ -125,52 +97,33 @@ class Band:
 
 def _band(x: "Band | float") -> Band:
     # A plain number is a band of zero width; a Measurement (timing.py) has a .band.
-    if isinstance(x, Band):
-        return x
-    band = getattr(x, "band", None)
-    if isinstance(band, Band):
-        return band
-    return Band.exact(_finite(x, "a band or a number"))
-
-
-BandLike = Union[Band, float]
+    band = getattr(x, "band", x)
+    return band if isinstance(band, Band) else Band.exact(_finite(x, "a band or a number"))
 
 
 @dataclass(frozen=True)
 class Comparison:
     """How many times as fast one measurement is as another, and the verdict with its band."""
 
-    speedup: Band       # old / new: above 1, `new` is faster
-    floor: float = NOISE_FLOOR
-
-    @property
-    def band(self) -> Band:
-        """The speed-up's band widened by the noise floor: where 'within noise' lies."""
-        return self.speedup.widen(self.floor)
-
-    @property
-    def verdict(self) -> str:
-        """'faster', 'slower' or 'within noise' (the band holds 1)."""
-        if self.band.low > 1:
-            return "faster"
-        if self.band.high < 1:
-            return "slower"
-        return "within noise"
+    speedup: Band   # old / new: above 1, `new` is faster
+    band: Band      # the speed-up's band widened by the noise floor: where "within noise" lies
+    verdict: str    # "faster", "slower" or "within noise" (the band holds 1)
 
     def __str__(self) -> str:
         b = self.band
         return f"{self.speedup.value:.2f}x ({b.low:.2f}-{b.high:.2f}x): {self.verdict}"
 
 
-def compare(new: BandLike, old: BandLike, floor: float = NOISE_FLOOR) -> Comparison:
+def compare(new: "Band | float", old: "Band | float", floor: float = NOISE_FLOOR) -> Comparison:
     """Compare two times (Measurements or Bands of seconds): is `new` faster than `old`?"""
-    floor = _finite(floor, "compare(): floor")
-    if not 0 <= floor < 1:
-        raise ValueError(f"compare(): floor is a fraction in [0, 1), got {floor}")
+    floor = _finite(floor, "compare(): floor", fraction=True)
     new, old = _band(new), _band(old)
     if new.low <= 0 or old.low <= 0:
         raise ValueError(f"compare() needs times > 0, got {new} and {old}")
-    return Comparison(old / new, floor)
+    speedup = old / new
+    band = speedup.widen(floor)
+    verdict = "faster" if band.low > 1 else "slower" if band.high < 1 else "within noise"
+    return Comparison(speedup, band, verdict)
 
 
 @dataclass(frozen=True)
@@ -180,49 +133,27 @@ class Prediction:
     predicted: float
     measured: Band
     tolerance: float
-
-    @property
-    def ok(self) -> bool:
-        """Whether the prediction lies in the measured band widened by the tolerance."""
-        return self.measured.widen(self.tolerance).contains(self.predicted)
-
-    @property
-    def ratio(self) -> float:
-        """Measured (median) over predicted: above 1, the model promised too little time."""
-        return self.measured.value / self.predicted
-
-    @property
-    def words(self) -> str:
-        """'as predicted', or by how much the measurement is above or below the prediction."""
-        if self.ok:
-            return "as predicted"
-        return (f"{self.ratio:.2f}x the prediction" if self.ratio >= 1 else
-                f"{self.ratio:.2f}x the prediction, below it")
+    ok: bool        # whether the prediction lies in the widened band
+    ratio: float    # measured (median) over predicted: above 1, the model promised too little
+    words: str      # "as predicted", or by how much the measurement is above or below it
 
     def __str__(self) -> str:
         return self.words
 
 
-def check_prediction(predicted: float, measured: BandLike, tolerance: float) -> Prediction:
+def check_prediction(predicted: float, measured: "Band | float", tolerance: float) -> Prediction:
     """Is `predicted` inside the measured band, widened by `tolerance` (the model's error)?"""
-    predicted = _finite(predicted, "check_prediction(): predicted")
-    if predicted <= 0:
-        raise ValueError(f"check_prediction(): predicted must be > 0, got {predicted}")
-    tolerance = _finite(tolerance, "check_prediction(): tolerance")
-    if not 0 <= tolerance < 1:
-        raise ValueError(f"check_prediction(): tolerance is a fraction in [0, 1), "
-                         f"got {tolerance}")
-    return Prediction(predicted, _band(measured), tolerance)
+    predicted = positive_number(predicted, "check_prediction(): predicted")
+    measured = _band(measured)
+    tolerance = _finite(tolerance, "check_prediction(): tolerance", fraction=True)
+    ok, ratio = measured.widen(tolerance).contains(predicted), measured.value / predicted
+    words = f"{ratio:.2f}x the prediction" + (", below it" if ratio < 1 else "")
+    return Prediction(predicted, measured, tolerance, ok, ratio, "as predicted" if ok else words)
 
 
-def errorbars(values: Iterable[BandLike], scale: float = 1.0) -> list[list[float]]:
-    """Matplotlib's `yerr` for bands: each median's distance to its low and to its high end.
-
-    `scale` converts units as the plot does (1e3 for seconds drawn in ms); a plain number or a
-    Measurement is taken by its band, so a quoted figure gets no whisker.
-    """
-    if _finite(scale, "errorbars(): scale") <= 0:
-        raise ValueError(f"errorbars(): scale must be > 0 (1e3 for ms), got {scale}")
+def errorbars(values: Iterable["Band | float"], scale: float = 1.0) -> list[list[float]]:
+    """Matplotlib's `yerr` for bands (and Measurements): each median's distance to either end."""
+    scale = positive_number(scale, "errorbars(): scale (1e3 for seconds drawn in ms)")
     bands = [_band(v) for v in values]
     return [[(b.value - b.low) * scale for b in bands],
             [(b.high - b.value) * scale for b in bands]]

@@ -38,6 +38,7 @@ def test_band_arithmetic_holds_every_outcome():
     (lambda: Band.of([]), "at least one"),
     (lambda: Band.of([1.0, "2"]), "finite"),
     (lambda: Band(1.0, 1.0, 1.0) / Band(0.0, -1.0, 1.0), "holds zero"),
+    (lambda: 1 / Band(0.0, -1.0, 1.0), "holds zero"),
     (lambda: Band(1.0, 1.0, 1.0).widen(-0.1), ">= 0"),
     (lambda: Band(1.0, 1.0, 1.0) + "x", "band or a number"),
 ])
@@ -103,7 +104,7 @@ def test_a_prediction_holds_inside_the_widened_band():
 
 
 @pytest.mark.parametrize("args, match", [
-    ((0.0, 1.0, 0.25), "predicted must be > 0"),
+    ((0.0, 1.0, 0.25), "predicted must be a finite number > 0"),
     ((1.0, 1.0, 1.0), "tolerance"),
     ((math.inf, 1.0, 0.25), "finite"),
 ])
@@ -122,7 +123,7 @@ def test_errorbars_are_distances_from_each_median_in_the_plots_unit():
 
 
 @pytest.mark.parametrize("values, scale, match", [
-    ([Band(1, 0, 2)], 0, "scale must be > 0"),
+    ([Band(1, 0, 2)], 0, r"scale \(1e3 .*\) must be a finite number > 0"),
     ([Band(1, 0, 2)], float("nan"), "finite"),
     (["1 ms"], 1.0, "a band or a number"),
 ])
