@@ -12,13 +12,15 @@ import argparse
 import contextlib
 import inspect
 import os
+from functools import partial
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from .bands import Band
-from .ddp import positive, time_comm
+from .checks import option, positive_number, whole_number
+from .ddp import time_comm
 from .distributed import init_worker, run_worker
 from .memory import peak_memory
 from .parallel import per_process_batch
@@ -37,18 +39,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The worker's options: model and batch sizes, steps, and what to time."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    whole = positive(int)
+    whole, count = option(whole_number, int), option(partial(whole_number, minimum=0), int)
     for name, kind, default, text in (
             ("steps", whole, 20, "training steps (all timed)"),
             ("batch-size", whole, 32, "global batch (sequences), split over the processes"),
             ("seq-len", whole, 64, None), ("d-model", whole, 64, None),
             ("heads", whole, 4, None), ("layers", whole, 2, None),
-            ("lr", positive(float), 3e-3, None), ("seed", int, 0, None),
-            ("comm-steps", positive(int, zero_ok=True), 5, "passes timed with and without "
+            ("lr", option(positive_number), 3e-3, None), ("seed", int, 0, None),
+            ("comm-steps", count, 5, "passes timed with and without "
              "allreduce, and allreduces of the gradients alone (busbw) (0: none)"),
             ("share", whole, 1, "also time steps on 1/share of the batch (t_compute(B/k))"),
             ("threads", int, 0, "torch threads per process (0: keep)"),
-            ("timeout", positive(float), 120, "seconds any collective may wait")):
+            ("timeout", option(positive_number), 120, "seconds any collective may wait")):
         p.add_argument(f"--{name}", type=kind, default=default, help=text)
     args = p.parse_args(argv)
     if args.d_model % args.heads:

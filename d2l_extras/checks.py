@@ -1,8 +1,10 @@
 """Argument checks: a clear ValueError that names the argument and what it must be."""
 from __future__ import annotations
 
+import argparse
 import math
 import numbers
+from typing import Callable
 
 
 def whole_number(value: object, what: str, minimum: int = 1) -> int:
@@ -30,3 +32,13 @@ def non_negative_number(value: object, what: str) -> float:
     """Return value as a float if it is finite and >= 0; else a ValueError naming `what`."""
     ok = isinstance(value, numbers.Real) and value >= 0
     return _real(value, what, ok, ">=")
+
+
+def option(check: Callable[[object, str], object], kind: type = float) -> Callable[[str], object]:
+    """An argparse type: the text read as `kind`, then `check`ed (e.g. whole_number)."""
+    def parse(text: str) -> object:
+        try:
+            return check(kind(text), "the value")
+        except ValueError as err:  # argparse shows this one's message, naming the option
+            raise argparse.ArgumentTypeError(str(err)) from None
+    return parse

@@ -14,6 +14,7 @@ import contextlib
 import copy
 import os
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from typing import Callable, Sequence
 
 import torch
@@ -25,7 +26,7 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from torch.utils.data.distributed import DistributedSampler
 
 from .bands import Band
-from .checks import whole_number
+from .checks import option, positive_number, whole_number
 from .data import SOURCES, default_sizes, load_images
 from .distributed import init_worker, run_worker, worker_device
 from .models import init_weights, resnet18
@@ -84,20 +85,11 @@ def sync_batchnorm(net: nn.Module, device: torch.device) -> nn.Module:
     return net
 
 
-def positive(kind: type, zero_ok: bool = False) -> Callable[[str], float]:
-    """An argparse type: the text as `kind`, refused unless > 0 (>= 0 with zero_ok)."""
-    def parse(text: str):
-        value = kind(text)
-        if value < 0 or (value == 0 and not zero_ok):
-            raise argparse.ArgumentTypeError(f"must be {'>=' if zero_ok else '>'} 0, got {text}")
-        return value
-    return parse
-
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Parse the command line; unset sizes come from the D2L_PROFILE profile."""
     n_train, n_test = default_sizes()
-    whole = positive(int)
+    whole, count = option(whole_number, int), option(partial(whole_number, minimum=0), int)
     p = argparse.ArgumentParser(prog="python -m d2l_extras.ddp", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     for name, kind, default, text in (
@@ -108,11 +100,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             ("width", whole, by_profile(16, 32, 64), "channels of ResNet-18's first stage"),
             ("n-train", whole, n_train, None),
             ("n-test", whole, n_test, None),
-            ("bucket-mb", positive(float), 25.0, "DDP's gradient buckets in MB (default: torch's)"),
+            ("bucket-mb", option(positive_number), 25.0, "DDP's gradient buckets in MB (default: torch's)"),
             ("threads", int, 0, "CPU threads per process (0: torch's default)"),
             ("seed", int, 0, None),
             ("max-steps", int, 0, "stop after this many steps (0: none)"),
-            ("time-comm", positive(int, zero_ok=True), 0, "after training, time N passes with "
+            ("time-comm", count, 0, "after training, time N passes with "
              "and N without (no_sync) gradient sync, and N allreduces alone: result['comm']"),
             ("timeout", float, 300, "seconds any process waits for the others"),
             ("crash-rank", int, -1, "for tests: this rank raises an error after its first step")):

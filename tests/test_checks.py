@@ -1,8 +1,11 @@
 """Argument checks: each names the argument and says what it must be."""
+import argparse
+from functools import partial
+
 import numpy as np
 import pytest
 
-from d2l_extras.checks import non_negative_number, positive_number, whole_number
+from d2l_extras.checks import non_negative_number, option, positive_number, whole_number
 
 
 @pytest.mark.parametrize("value", [1, 7, np.int64(3)])
@@ -37,3 +40,14 @@ def test_non_negative_number_accepts_none_of_an_amount_only():
     for bad in (-1e-9, float("nan"), float("inf"), False, "0", None):
         with pytest.raises(ValueError, match="work must be a finite number >= 0"):
             non_negative_number(bad, "work")
+
+
+def test_option_reads_the_text_then_checks_it_for_argparse():
+    assert option(whole_number, int)("3") == 3 and option(positive_number)("0.5") == 0.5
+    count = option(partial(whole_number, minimum=0), int)
+    assert count("0") == 0
+    for parse, text, bound in ((option(whole_number, int), "0", ">= 1"),
+                               (count, "-1", ">= 0"), (option(positive_number), "0", "> 0"),
+                               (option(whole_number, int), "2.5", "base 10")):
+        with pytest.raises(argparse.ArgumentTypeError, match=bound):
+            parse(text)
