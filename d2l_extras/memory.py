@@ -1,12 +1,8 @@
-"""Where training's memory goes: predicted per kind of tensor, counted, and followed over a step.
-
-Three ways to see memory, from the most to the least device-specific:
-- CUDA's caching allocator counts every byte (`torch.cuda.max_memory_allocated`, snapshots);
-- torch.profiler(profile_memory=True) reports every allocation and free, on the CPU too;
-- saved-tensor hooks show what autograd keeps for the backward pass, on any device.
-"""
+"""Where training's memory goes: predicted, counted (CUDA's allocator, the profiler, autograd's
+saved tensors), and followed over a step."""
 from __future__ import annotations
 
+import itertools
 import threading
 import weakref
 from dataclasses import dataclass, field
@@ -26,21 +22,17 @@ OPTIMIZER_STATES = {"sgd": 0, "momentum": 1, "adam": 2}
 def training_state_bytes(n_params: int, optimizer: str = "adam",
                          mixed: bool = False) -> dict[str, int]:
     """Predicted bytes of parameters, gradients and optimizer state for n_params parameters."""
-    # 7.5e9 parameters is a whole number written as a float: accepted.
-    if isinstance(n_params, float) and n_params.is_integer():
+    if isinstance(n_params, float) and n_params.is_integer():  # 7.5e9 parameters: accepted
         n_params = int(n_params)
     n_params = whole_number(n_params, "n_params", minimum=0)
     if optimizer not in OPTIMIZER_STATES:
         raise ValueError(f"unknown optimizer {optimizer!r}; use one of "
                          f"{', '.join(OPTIMIZER_STATES)}")
-    states = 4 * OPTIMIZER_STATES[optimizer] * n_params
-    if not mixed:  # everything in float32: 4 + 4 + 8 = 16 bytes per parameter with Adam
-        return {"parameters": 4 * n_params, "gradients": 4 * n_params,
-                "optimizer state": states}
-    # Mixed precision as the ZeRO paper counts it: fp16 weights and gradients for the passes,
-    # and the optimizer keeps an fp32 master copy beside its moments: 2 + 2 + 12 = 16 with Adam.
-    return {"parameters": 2 * n_params, "gradients": 2 * n_params,
-            "optimizer state": 4 * n_params + states}
+    # Mixed precision as ZeRO counts it: fp16 weights and gradients, an fp32 master copy beside
+    # the moments: 2 + 2 + 12 = 16 bytes per parameter with Adam, as in float32 (4 + 4 + 8).
+    width = 2 if mixed else 4
+    return {"parameters": width * n_params, "gradients": width * n_params,
+            "optimizer state": 4 * (OPTIMIZER_STATES[optimizer] + int(mixed)) * n_params}
 
 
 def _storage_key(t: torch.Tensor) -> tuple:
@@ -50,14 +42,11 @@ def _storage_key(t: torch.Tensor) -> tuple:
 
 def tensor_bytes(tensors: Iterable[torch.Tensor | None]) -> int:
     """Bytes held by tensors (None skipped), each storage counted once, views included."""
-    sizes: dict[tuple, int] = {}
+    tensors = [t for t in tensors if t is not None]
     for t in tensors:
-        if t is None:
-            continue
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"tensor_bytes() counts tensors, got {type(t).__name__}")
-        sizes[_storage_key(t)] = t.untyped_storage().nbytes()
-    return sum(sizes.values())
+    return sum({_storage_key(t): t.untyped_storage().nbytes() for t in tensors}.values())
 
 
 def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
@@ -78,30 +67,22 @@ def model_state_bytes(model: torch.nn.Module,
             "optimizer state": 0 if optimizer is None else optimizer_state_bytes(optimizer)}
 
 
-class _Saved:
-    # What a pack hook hands autograd instead of the tensor: when autograd drops it (after the
-    # backward pass used it, or with the graph), a finalizer tells the counter.
-    __slots__ = ("tensor", "__weakref__")
-
-    def __init__(self, tensor: torch.Tensor):
-        self.tensor = tensor
+@dataclass(slots=True, weakref_slot=True)
+class _Saved:  # what autograd keeps instead of the tensor: its finalizer tells the counter
+    tensor: torch.Tensor
 
 
-class SavedTensors:
-    """Count the bytes autograd keeps for the backward pass while they are saved and released.
-
-    Use as `with dx.SavedTensors(exclude=model.parameters()) as saved:` around a forward (and
-    backward) pass. Parameters are alive anyway, so they are left out. Each storage counts once,
-    however many operations saved it. `timeline` holds the bytes kept after every save or
-    release, `marks` the (index, label) where `mark(label)` was called.
-    """
+class SavedTensors(torch.autograd.graph.saved_tensors_hooks):
+    """`with SavedTensors(exclude=model.parameters()) as saved:` counts the bytes autograd keeps."""
+    # Each storage counts once. `timeline` holds the bytes kept after every save or release,
+    # `marks` the (index, label) where `mark(label)` was called.
 
     def __init__(self, exclude: Iterable[torch.Tensor] = ()):
-        self._exclude = {_storage_key(t) for t in exclude}
-        self._held: dict[tuple, list[int]] = {}  # storage -> [holders, bytes]
+        super().__init__(self._pack, lambda s: s.tensor if isinstance(s, _Saved) else s)
+        self._exclude = {_storage_key(t) for t in exclude}  # parameters: alive anyway
+        self._held: dict[tuple, tuple[int, int]] = {}  # storage -> (holders, bytes)
         self._lock = threading.Lock()  # the backward pass may release from its own thread
-        self.bytes = 0
-        self.peak = 0
+        self.bytes = self.peak = 0
         self.timeline: list[int] = [0]
         self.marks: list[tuple[int, str]] = []
 
@@ -109,43 +90,28 @@ class SavedTensors:
         """Label the point of the timeline reached now (for example 'backward')."""
         self.marks.append((len(self.timeline) - 1, label))
 
-    def _change(self, delta: int) -> None:
-        self.bytes += delta
-        self.peak = max(self.peak, self.bytes)
-        self.timeline.append(self.bytes)
-
     def _pack(self, t: torch.Tensor) -> object:
         key = _storage_key(t)
         if key in self._exclude:
             return t
         saved = _Saved(t)
-        with self._lock:
-            entry = self._held.setdefault(key, [0, t.untyped_storage().nbytes()])
-            entry[0] += 1
-            if entry[0] == 1:
-                self._change(entry[1])
-        weakref.finalize(saved, self._release, key)
+        self._hold(key, 1, t.untyped_storage().nbytes())
+        weakref.finalize(saved, self._hold, key, -1)  # when autograd drops what it saved
         return saved
 
-    def _release(self, key: tuple) -> None:
+    def _hold(self, key: tuple, change: int, n_bytes: int = 0) -> None:
         with self._lock:
-            entry = self._held[key]
-            entry[0] -= 1
-            if entry[0] == 0:
-                del self._held[key]
-                self._change(-entry[1])
-
-    @staticmethod
-    def _unpack(saved: object) -> torch.Tensor:
-        return saved.tensor if isinstance(saved, _Saved) else saved
+            holders, n_bytes = self._held.pop(key, (0, n_bytes))
+            if holders + change:
+                self._held[key] = (holders + change, n_bytes)
+            if 0 in (holders, holders + change):  # the first save or the last release
+                self.bytes += change * n_bytes
+                self.peak = max(self.peak, self.bytes)
+                self.timeline.append(self.bytes)
 
     def __enter__(self) -> "SavedTensors":
-        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
-        self._hooks.__enter__()
+        super().__enter__()
         return self
-
-    def __exit__(self, *exc) -> None:
-        self._hooks.__exit__(*exc)
 
 
 @dataclass
@@ -175,54 +141,38 @@ def _memory_device(device: torch.device | str) -> torch.device:
 
 def memory_events(trace: dict, device: torch.device | str = "cpu", phases: Iterable[str] = (),
                   reserved_before: int | None = None) -> MemoryTimeline:
-    """The allocations and frees on `device` in a trace from profile_trace(..., memory=True).
-
-    On CUDA, `reserved_before` (bytes reserved when the call began) makes reserved a figure
-    above the start, as allocated is; without it, the reserve of the first event is the start.
-    """
+    """The allocations and frees on `device` in a trace from profile_trace(..., memory=True)."""
     device = _memory_device(device)
     if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
         raise ValueError("memory_events() needs a Chrome trace dict with a 'traceEvents' list")
-    # Kineto's device types: 0 is the CPU, 1 is CUDA.
-    kind, index = (0, -1) if device.type == "cpu" else (1, device.index)
-    wanted = set(phases)
+    # Kineto's device types: 0 is the CPU (device id -1), 1 is CUDA.
+    kind, phases = int(device.type == "cuda"), set(phases)
     mem, spans = [], []
     for ev in trace["traceEvents"]:
         args = ev.get("args", {})
         if ev.get("name") == "[memory]" and args.get("Device Type") == kind and (
-                kind == 0 or args.get("Device Id") == index):
+                not kind or args.get("Device Id") == device.index):
             mem.append((ev["ts"], args["Bytes"], args.get("Total Reserved")))
-        elif ev.get("cat") == "user_annotation" and ev.get("name") in wanted:
-            spans.append((ev["name"], ev["ts"], ev["ts"] + ev.get("dur", 0)))
+        elif ev.get("cat") == "user_annotation" and ev.get("name") in phases:
+            spans.append((ev["ts"], ev["ts"] + ev.get("dur", 0), ev["name"]))
     mem.sort()
-    starts = [m[0] for m in mem] + [s[1] for s in spans]
-    t0 = min(starts, default=0.0)
-    times, allocated, total = [0.0], [0], 0
-    for ts, n_bytes, _ in mem:
-        total += n_bytes
-        times.append((ts - t0) * 1e-6)
-        allocated.append(total)
-    reserved = None
-    if kind == 1:  # the caching allocator's reserve, above the start as allocated
-        if reserved_before is not None:
-            start = reserved_before
-        else:
-            start = mem[0][2] if mem else 0
-        reserved = [0] + [held - start for _, _, held in mem]
-    return MemoryTimeline(times, allocated, reserved,
-                          [(n, (s - t0) * 1e-6, (e - t0) * 1e-6) for n, s, e in sorted(
-                              spans, key=lambda s: s[1])])
+    spans.sort(key=lambda s: s[0])
+    t0 = min([m[0] for m in mem] + [s[0] for s in spans], default=0.0)
+    # On CUDA, reserved is above the bytes reserved when the call began (reserved_before), or
+    # else above the reserve of the first event.
+    start = reserved_before if reserved_before is not None else mem[0][2] if mem else 0
+    return MemoryTimeline([0.0] + [(ts - t0) * 1e-6 for ts, _, _ in mem],
+                          [0, *itertools.accumulate(n for _, n, _ in mem)],
+                          [0] + [held - start for _, _, held in mem] if kind else None,
+                          [(name, (s - t0) * 1e-6, (e - t0) * 1e-6) for s, e, name in spans])
 
 
 def memory_timeline(fn: Callable[[], object], device: torch.device | str = "cpu",
                     phases: Iterable[str] = ("forward", "backward", "optimizer")
                     ) -> MemoryTimeline:
-    """Profile one call of fn; return the bytes allocated on device over time, and its phases.
-
-    Phases are the `torch.profiler.record_function(name)` blocks inside fn with those names.
-    The curve counts what the call allocates and frees: freeing a tensor made before the call
-    does not lower it (the profiler knows no size for such a block).
-    """
+    """Profile one call of fn; return the bytes allocated on device over time, and its phases."""
+    # Phases are the record_function(name) blocks inside fn. Freeing a tensor made before the
+    # call does not lower the curve: the profiler knows no size for such a block.
     device = _memory_device(device)
     before = torch.cuda.memory_reserved(device) if device.type == "cuda" else None
     return memory_events(profile_trace(fn, [device], memory=True), device, phases, before)
@@ -252,48 +202,37 @@ def snapshot_series(snapshot: dict, device_index: int = 0) -> list[int]:
         raise ValueError("snapshot_series() needs torch.cuda.memory._snapshot()'s dict, with a "
                          f"trace for device {device_index}: record with "
                          "torch.cuda.memory._record_memory_history() first")
-    total, series = 0, [0]
-    for event in traces[device_index]:
-        step = {"alloc": 1, "free_completed": -1}.get(event.get("action"))
-        if step is not None:
-            total += step * event["size"]
-            series.append(total)
-    return series
+    sign = {"alloc": 1, "free_completed": -1}
+    return [0, *itertools.accumulate(sign[ev["action"]] * ev["size"] for ev in traces[device_index]
+                                     if ev.get("action") in sign)]
 
 
 class CachingAllocatorModel:
-    """A toy of PyTorch's CUDA caching allocator: allocated vs reserved, on any machine.
-
-    Requests are rounded up to 512 bytes; a freed block stays reserved and serves any later
-    request that fits it (the best fit; the toy gives each tensor a whole block, where the
-    real allocator splits large ones); a request no free block fits reserves a new segment,
-    rounded up to 2 MiB. `empty_cache()` returns the free blocks to the device.
-    """
-
+    """A toy of PyTorch's CUDA caching allocator: allocated vs reserved, on any machine."""
+    # Requests round up to 512 bytes. A freed block stays reserved and serves the best-fitting
+    # later request, whole (the real allocator splits large blocks); a request no free block
+    # fits reserves a new segment, rounded up to 2 MiB. empty_cache() frees the free blocks.
     ROUND, SEGMENT = 512, 2 * MiB
 
     def __init__(self):
-        self._free: list[int] = []            # sizes of reserved blocks not in use
+        self._free: list[int] = []  # sizes of reserved blocks not in use
         self._used: dict[int, tuple[int, int]] = {}  # handle -> (rounded request, block)
-        self._next = 0
-        self.allocated = 0
-        self.reserved = 0
+        self._handles = itertools.count(1)
+        self.allocated = self.reserved = 0
 
     def malloc(self, n_bytes: int) -> int:
         """Allocate n_bytes; return a handle for free()."""
-        n_bytes = whole_number(n_bytes, "malloc(): n_bytes")
-        size = -(-n_bytes // self.ROUND) * self.ROUND
-        fits = [b for b in self._free if b >= size]
-        if fits:
-            block = min(fits)
-            self._free.remove(block)
-        else:
+        size = -(-whole_number(n_bytes, "malloc(): n_bytes") // self.ROUND) * self.ROUND
+        block = min((b for b in self._free if b >= size), default=None)
+        if block is None:
             block = -(-size // self.SEGMENT) * self.SEGMENT
             self.reserved += block
-        self._next += 1
-        self._used[self._next] = (size, block)
+        else:
+            self._free.remove(block)
+        handle = next(self._handles)
+        self._used[handle] = (size, block)
         self.allocated += size
-        return self._next
+        return handle
 
     def free(self, handle: int) -> None:
         """Give a block back to the cache (it stays reserved)."""

@@ -29,11 +29,10 @@ class FloatFormat:
         return 1 + self.exponent + self.mantissa
 
 
-_TF32_SINCE = "{}.{}".format(*TENSOR_CORE_DTYPES["tfloat32"])
 FLOAT_FORMATS: dict[str, FloatFormat] = {f.name: f for f in (
     FloatFormat("float32", 8, 23, torch.float32, use="training master weights"),
-    FloatFormat("tf32", 8, 10, None,
-                use=f"tensor-core products of float32 (compute capability {_TF32_SINCE}+)"),
+    FloatFormat("tf32", 8, 10, None, use="tensor-core products of float32 (compute capability "
+                "{}.{}+)".format(*TENSOR_CORE_DTYPES["tfloat32"])),
     FloatFormat("bfloat16", 8, 7, torch.bfloat16, use="mixed precision, same range as float32"),
     FloatFormat("float16", 5, 10, torch.float16, use="mixed precision with loss scaling"),
     FloatFormat("float8_e4m3fn", 4, 3, torch.float8_e4m3fn, finite_only=True,
@@ -43,25 +42,21 @@ FLOAT_FORMATS: dict[str, FloatFormat] = {f.name: f for f in (
 
 
 def _as_format(fmt: FloatFormat | str) -> FloatFormat:
-    if isinstance(fmt, FloatFormat):
-        return fmt
-    if isinstance(fmt, str) and fmt in FLOAT_FORMATS:
-        return FLOAT_FORMATS[fmt]
+    if isinstance(fmt, FloatFormat) or isinstance(fmt, str) and fmt in FLOAT_FORMATS:
+        return FLOAT_FORMATS[fmt] if isinstance(fmt, str) else fmt
     raise ValueError(f"unknown format {fmt!r}: pass a FloatFormat or one of {list(FLOAT_FORMATS)}")
 
 
 def format_limits(fmt: FloatFormat | str) -> dict[str, float]:
     """Step above 1, largest finite, smallest normal and subnormal, digits: from the bits alone."""
     fmt = _as_format(fmt)
-    e, m = fmt.exponent, fmt.mantissa
+    e, m, finite = fmt.exponent, fmt.mantissa, int(fmt.finite_only)
     bias = 2 ** (e - 1) - 1
-    if fmt.finite_only:  # top exponent holds numbers; only its all-ones mantissa is NaN
-        largest = (2 - 2.0 ** (1 - m)) * 2.0 ** (2 ** e - 1 - bias)
-    else:  # IEEE: the top exponent is inf and NaN, so the largest number has exponent 2**e - 2
-        largest = (2 - 2.0 ** -m) * 2.0 ** (2 ** e - 2 - bias)
+    # IEEE keeps the top exponent for inf and NaN; a finite-only format uses it for numbers, all
+    # but the one with an all-ones mantissa (NaN).
+    largest = (2 - 2.0 ** (finite - m)) * 2.0 ** (2 ** e - 2 + finite - bias)
     return {"eps": 2.0 ** -m, "max": largest, "smallest_normal": 2.0 ** (1 - bias),
-            "smallest_subnormal": 2.0 ** (1 - bias - m),
-            "decimal_digits": (m + 1) * math.log10(2)}
+            "smallest_subnormal": 2.0 ** (1 - bias - m), "decimal_digits": (m + 1) * math.log10(2)}
 
 
 def _round_trip(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -84,24 +79,17 @@ def measure_format(dtype: torch.dtype) -> dict[str, float]:
     if zero != 0:
         raise ValueError(f"{dtype} has no zero (0 comes back as {zero}): measure_format() "
                          f"measures sign-exponent-mantissa formats such as torch.float16")
-    # Every power of two that float64 holds, cast at once: one cast, then read off what survived.
+    # Every power of two float64 holds, cast at once; what an overflow gives (inf, NaN, or 448
+    # for e4m3fn since torch 2.14, which saturates) never equals the value: not exact.
     powers = 2.0 ** torch.arange(-1074, 1024, dtype=torch.float64)
     back = _round_trip(powers, dtype)
-    exact = back == powers  # inf and NaN (what an overflow gives) are never equal: not exact
-    # Halving h until 1 + h rounds to 1: the step above 1 is the smallest h that survives.
-    eps = powers[_round_trip(1 + powers, dtype) != 1].min().item()
-    # Largest power of two that comes back exact; then its lower bits, greedily, as long as the
-    # sum stays exact. Out of range, e5m2 gives inf; e4m3fn gave NaN in older torch and gives
-    # 448 in torch 2.14 (it saturates since pytorch PR 178817): neither equals the sum.
-    largest = powers[exact].max().item()
-    bit = largest / 2
-    while largest + bit != largest:  # the bit still changes a float64
-        if _round_trip(torch.tensor(largest + bit, dtype=torch.float64), dtype) == largest + bit:
-            largest += bit
-        bit /= 2
-    # Below the smallest normal x the spacing stops shrinking (it stays the smallest subnormal,
-    # which is more than x * eps), so x * (1 + eps) is no longer a number of the dtype: the
-    # smallest normal is the smallest power of two whose next number is x * (1 + eps).
+    exact = back == powers
+    eps = powers[_round_trip(1 + powers, dtype) != 1].min().item()  # smallest h: 1 + h > 1
+    # The largest number is the largest exact power of two times 1.1...1 in binary.
+    ones = powers[exact].max() * (2 - powers[powers <= 1])
+    largest = ones[_round_trip(ones, dtype) == ones].max().item()
+    # Below the smallest normal x the spacing stays the smallest subnormal, more than x * eps:
+    # the smallest normal is the smallest power of two whose next number is x * (1 + eps).
     step_up = powers * (1 + eps)
     normal = (_round_trip(step_up, dtype) == step_up) & (step_up > powers)
     return {"eps": eps, "max": largest, "smallest_normal": powers[normal].min().item(),
@@ -158,9 +146,8 @@ def plot_formats(formats: Iterable[FloatFormat | str] | None = None,
     widest = max(f.bits for f in fmts)  # ticks at whole bytes, all inside the axes
     left.set(yticks=range(len(fmts)), yticklabels=[f.name for f in fmts][::-1],
              xticks=range(0, widest + 1, 8), xlim=(0, 1.15 * widest), xlabel="bits")
-    # Limits set by hand: autoscaling stops at the bars' sticky left edges (matplotlib 3.11
-    # cut float32's range at 2^-6). A few ticks at 2**(k * stride), stride a power of two:
-    # 2^-128, 2^-64, 2^0...
+    # Limits by hand: autoscaling stops at the bars' sticky edges (matplotlib 3.11 cut float32's
+    # range at 2^-6). A few ticks at 2**(k * stride), stride a power of two: 2^-128, 2^-64, 2^0.
     lo = math.floor(math.log2(min(lim["smallest_subnormal"] for *_, lim in rows))) - 4
     hi = math.ceil(math.log2(max(lim["max"] for *_, lim in rows))) + 4
     right.set_xlim(2.0 ** lo, 2.0 ** hi)
