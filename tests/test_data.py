@@ -1,6 +1,7 @@
 """Data loading: the IDX reader, the Fashion-MNIST path (on files written here), the fallback."""
 import gzip
 import struct
+import time
 
 import numpy as np
 import pytest
@@ -93,23 +94,35 @@ def test_fallback_to_digits(tmp_path, capsys, monkeypatch):
 
 
 def test_offline_fallback_says_so_once_in_one_line(tmp_path, capsys, monkeypatch):
-    # No network: one notice in plain words (no exception text), however often data is loaded.
+    # No network: one notice in plain words (no exception text), however often data is loaded,
+    # and the network is asked once.
     monkeypatch.setattr(dxreport, "_NOTICED", set())
-    monkeypatch.setattr(dxdata, "_OFFLINE", [])
-    monkeypatch.setattr(dxdata, "_reachable", lambda host, timeout: "no network")
+    probes = []
+
+    def no_network(address, timeout):
+        probes.append(address)
+        raise OSError("Name or service not known")
+    monkeypatch.setattr(dxdata.socket, "create_connection", no_network)
     for _ in range(3):
         data = dx.load_images(64, 32, root=tmp_path)
     out = capsys.readouterr().out.splitlines()
     notices = [line for line in out if line.startswith("notice:")]
     assert notices == ["notice: Fashion-MNIST could not be downloaded (no network): "
                        "using scikit-learn's digits"]
-    assert len(out) == 4 and data.fallback and data.name == "digits"
+    assert len(out) == 4 and data.fallback and data.name == "digits" and len(probes) == 1
     assert dx.load_images(64, 32, source="digits", verbose=False).fallback == ""
 
 
-def test_the_probe_answers_in_words():
-    reason = dxdata._reachable("nonexistent.invalid", timeout=2)
-    assert reason in ("no network", "no answer within 2 s")
+def test_the_probe_answers_in_words(tmp_path, monkeypatch):
+    # A host that cannot resolve: the probe answers with a reason, not a hang.
+    monkeypatch.setattr(dxdata, "FASHION_HOST", "nonexistent.invalid")
+    assert dxdata._download_fashion(tmp_path, 2) in ("no network", "no answer within 2 s")
+    # A host that never answers: the probe gives up after its timeout.
+    def silent(address, timeout):
+        time.sleep(5)
+        raise OSError("timed out")
+    monkeypatch.setattr(dxdata.socket, "create_connection", silent)
+    assert dxdata._download_fashion(tmp_path / "other", 1) == "no answer within 1 s"
 
 
 def test_sizes_are_capped_and_checked(tmp_path):
@@ -133,12 +146,6 @@ def test_data_dir_env(monkeypatch, tmp_path):
     assert dx.data.data_dir() == tmp_path
     monkeypatch.delenv("D2L_DATA_DIR")
     assert dx.data.data_dir().parts[-2:] == (".cache", "d2l-extras")
-
-
-def test_offline_probe_is_quick():
-    # A host that cannot resolve: the probe answers with a reason, not a hang.
-    reason = dxdata._reachable("nonexistent.invalid", timeout=2)
-    assert reason
 
 
 def test_loaders(tmp_path):

@@ -340,6 +340,18 @@ def kernels_sigint():
     signal.signal(signal.SIGINT, previous)
 
 
+def test_a_second_interrupt_waits_until_the_workers_are_stopped(kernels_sigint):
+    # launch stops the workers inside _sigint_deferred: an interrupt meanwhile must not cut that
+    # short; it is raised once the block is done, and the handler is the kernel's again.
+    done = []
+    with pytest.raises(KeyboardInterrupt):
+        with dx.distributed._sigint_deferred():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.2)  # the signal arrives here and is held
+            done.append(True)
+    assert done == [True] and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 def test_interrupt_ends_torchrun_and_every_worker(worker_dir, pid_dir, kernels_sigint):
     # What stopping a notebook cell does: SIGINT to this process, KeyboardInterrupt in launch.
     seen = {}
