@@ -53,7 +53,7 @@ _EXPORTS = {
     "data": ["book_fashion_mnist", "load_images"],
     "models": ["init_weights", "lenet_params", "resnet18"],
     "parallel": ["allow_tf32", "evaluate_accuracy", "even_batch_size", "replicate",
-                 "set_float32_precision", "sgd", "split_batch", "strict_float32"],
+                 "set_float32_precision", "sgd", "strict_float32"],
     # parameter servers: cost model, ring allreduce, sharded key-value store
     "communication": ["SCALINGS", "plot_sync_costs", "ring_time", "server_time", "speedup",
                       "sync_time", "transfer_time"],

@@ -17,12 +17,6 @@ def lenet_params(scale: float | None = None, seed: int | None = 0) -> list[torch
     return params
 
 
-def lenet(X: torch.Tensor, params: list[torch.Tensor]) -> torch.Tensor:
-    """LeNet as a plain function of a batch (N, 1, 28, 28) and its eight parameters."""
-    h1 = F.avg_pool2d(F.relu(F.conv2d(X, params[0], params[1])), kernel_size=2, stride=2)
-    h2 = F.avg_pool2d(F.relu(F.conv2d(h1, params[2], params[3])), kernel_size=2, stride=2)
-    h3 = F.relu(h2.flatten(start_dim=1) @ params[4] + params[5])  # flatten: empty shards too
-    return h3 @ params[6] + params[7]
 
 
 class Residual(nn.Module):

@@ -1,4 +1,7 @@
-"""Data parallelism from scratch: copy parameters, split batches, sum gradients (allreduce)."""
+"""Data parallelism's helpers: replicas, accuracy over devices, batch shares, float32 switches.
+
+Notebook 06 writes what it teaches (get_params, allreduce, split_batch, train_batch) itself.
+"""
 from __future__ import annotations
 
 import contextlib
@@ -8,10 +11,8 @@ from typing import Callable, ContextManager, Iterable, Iterator, Sequence
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from .checks import whole_number
-from .models import lenet
 from .report import notice
 
 # Inductor's hint when it compiles float32 matmuls for an Ampere or later GPU with TF32 off.
@@ -25,38 +26,10 @@ def _check_devices(devices: Sequence[torch.device | str]) -> list[torch.device]:
     return [torch.device(d) for d in devices]
 
 
-def get_params(params: Sequence[torch.Tensor], device: torch.device | str) -> list[torch.Tensor]:
-    """Copy parameters to device as new leaf tensors that record gradients."""
-    return [p.detach().to(device, copy=True).requires_grad_() for p in params]
 
 
-def allreduce(data: Sequence[torch.Tensor]) -> None:
-    """Sum the tensors (one per device) in place: afterwards every one holds the total."""
-    if len(data) == 0 or not all(isinstance(t, torch.Tensor) for t in data):
-        raise ValueError("allreduce needs a non-empty list of tensors, one per device")
-    if len({(t.shape, t.dtype) for t in data}) > 1:
-        raise ValueError(f"allreduce needs tensors of one shape and dtype, got "
-                         f"{[(tuple(t.shape), t.dtype) for t in data]}")
-    if len({id(t) for t in data}) < len(data):
-        raise ValueError("a tensor appears twice in the list; each device needs its own")
-    first = data[0]
-    for t in data[1:]:  # gather: add everything into the first device's tensor ...
-        first += t.to(first.device)
-    for t in data[1:]:  # ... then broadcast the total back to every other device
-        t.copy_(first)
 
 
-def split_batch(X: torch.Tensor, y: torch.Tensor, devices: Sequence[torch.device | str]
-                ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """Split X and y along the batch dimension into len(devices) shards, one on each device."""
-    if not isinstance(X, torch.Tensor) or not isinstance(y, torch.Tensor):
-        raise TypeError(f"split_batch needs tensors, got {type(X).__name__}, {type(y).__name__}")
-    if X.dim() == 0 or y.dim() == 0 or X.shape[0] != y.shape[0]:
-        raise ValueError(f"X and y must hold the same number of examples, got {X.shape}, {y.shape}")
-    devices = _check_devices(devices)
-    # Shards differ by at most one (10 over 3: 4, 3, 3); past the last example they are empty.
-    return tuple([s.to(d) for s, d in zip(torch.tensor_split(t, len(devices)), devices)]
-                 for t in (X, y))
 
 
 def sgd(params: Iterable[torch.Tensor], lr: float, batch_size: int) -> None:
@@ -67,27 +40,6 @@ def sgd(params: Iterable[torch.Tensor], lr: float, batch_size: int) -> None:
             p.grad.zero_()
 
 
-def train_batch(X: torch.Tensor, y: torch.Tensor, device_params: Sequence[Sequence[torch.Tensor]],
-                devices: Sequence[torch.device | str], lr: float, net: Callable = lenet,
-                allreduce: Callable[[list[torch.Tensor]], None] = allreduce) -> torch.Tensor:
-    """One data-parallel SGD step on (X, y) with `allreduce` summing gradients; the summed loss."""
-    if not callable(allreduce):
-        raise TypeError(f"allreduce must be a function that sums a list of tensors in place, "
-                        f"got {type(allreduce).__name__}")
-    X_shards, y_shards = split_batch(X, y, devices)
-    if len(device_params) != len(X_shards):
-        raise ValueError(f"need one parameter copy per device: {len(device_params)} copies "
-                         f"for {len(X_shards)} devices")
-    # Each device computes the loss of its shard with its own parameter copy ...
-    losses = [F.cross_entropy(net(X_s, params), y_s, reduction="sum")
-              for X_s, y_s, params in zip(X_shards, y_shards, device_params)]
-    torch.autograd.backward(losses)  # ... and backpropagates it, on that device
-    with torch.no_grad():
-        for i in range(len(device_params[0])):
-            allreduce([params[i].grad for params in device_params])
-    for params in device_params:  # one step for all: the copies stay identical, unexchanged
-        sgd(params, lr, X.shape[0])  # divide by the global batch size: the mean over all shards
-    return sum(loss.detach().to(X_shards[0].device) for loss in losses)
 
 
 def even_batch_size(batch_size: int, k: int) -> int:
@@ -176,9 +128,11 @@ def evaluate_accuracy(nets: Sequence[Callable[[torch.Tensor], torch.Tensor]],
             net.eval()  # BatchNorm uses its running statistics when evaluating
         with torch.no_grad():
             for X, y in data_iter:
-                for net, X_s, y_s in zip(nets, *split_batch(X, y, devices)):
+                k = len(devices)  # shards as even as can be: 10 over 3 is 4, 3, 3
+                for net, X_s, y_s, d in zip(nets, X.tensor_split(k), y.tensor_split(k), devices):
                     if len(y_s):
-                        correct += (net(X_s).argmax(dim=1) == y_s).sum().to(devices[0])
+                        right = net(X_s.to(d)).argmax(dim=1) == y_s.to(d)
+                        correct += right.sum().to(devices[0])
                 total += len(y)
     finally:
         for net, mode in modes.items():
