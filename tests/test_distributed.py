@@ -298,15 +298,20 @@ def test_hanging_run_is_stopped_at_the_timeout(worker_dir, pid_dir):
     # Workers and their children ignore SIGTERM: torchrun would wait 30 s for them, launch
     # kills them all after `grace` s.
     before = _pids_now()
-    start = time.perf_counter()
-    with pytest.raises(dx.WorkerError, match="did not finish within 25 s"):
-        dx.launch("pid_worker", 2, timeout=25, echo=False, grace=2,
-                  env={"D2L_PID_DIR": str(pid_dir), "D2L_IGNORE_TERM": "1"})
-    assert time.perf_counter() - start < 25 + 2 + 30
-    started = _recorded(pid_dir)
+    for timeout in (8, 25):  # 25 s only where the workers took longer to start: a busy machine
+        for f in pid_dir.glob("*.pid"):
+            f.unlink()
+        start = time.perf_counter()
+        with pytest.raises(dx.WorkerError, match=f"did not finish within {timeout} s"):
+            dx.launch("pid_worker", 2, timeout=timeout, echo=False, grace=2,
+                      env={"D2L_PID_DIR": str(pid_dir), "D2L_IGNORE_TERM": "1"})
+        assert time.perf_counter() - start < timeout + 2 + 30
+        started = _recorded(pid_dir)
+        assert _still_running(started) == []
+        if len(started) == 4:
+            break
     assert sorted(started) == ["child0", "child1", "worker0", "worker1"], \
         "the workers did not start within the timeout: nothing was checked"
-    assert _still_running(started) == []
     assert _running_children(before) == []
 
 
