@@ -1,5 +1,6 @@
-# What 03-automatic-parallelism.ipynb measured, for `make report`: run in its kernel after its
-# last cell (tools/report.py; make test runs it too, through nbval).
+# What 03-automatic-parallelism.ipynb measured, for `make report`, and what it claims of a GPU,
+# checked where one ran: run in its kernel after its last cell (tools/report.py; make test runs
+# it too, through nbval, so a GPU runner's make test fails when a claim does not hold there).
 dx.record("independent_work_ratio", ratio_devices.value, "1",
           f"{len(xs)} workloads together / sum alone "
           f"({'replicas' if simulated else 'GPUs'})")
@@ -22,3 +23,17 @@ if gpu_copy:
 if on_cuda and kernels and copies:
     dx.record("overlap_hidden_share", hidden_gpu, "1",
               "share of the shorter activity overlapped (profiler)")
+
+if not simulated:  # the GPUs worked at the same time
+    assert ratio_devices.high < 0.9, \
+        f"{len(xs)} GPUs together took {ratio_devices} of their sum"
+if one_gpu:  # the CPU computed while the GPU did
+    assert ratio_gpu_cpu.high < 0.9, \
+        f"GPU + CPU took {ratio_gpu_cpu} of their sum: was the CPU work issued first?"
+if gpu_copy:  # the side stream hid most of the shorter activity
+    assert efficiency.low <= 1.15, f"overlap efficiency {efficiency} > 1.15"
+if on_cuda:  # copies on their own stream, under the products
+    assert kernels and copies, "no kernel or copy traced: is CUPTI usable?"
+    copy_lanes = {e.lane for e in copies}
+    assert copy_lanes.isdisjoint(e.lane for e in kernels), copy_lanes
+    assert hidden_gpu > 0.5, f"only {hidden_gpu:.0%} of the shorter overlapped"
