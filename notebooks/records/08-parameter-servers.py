@@ -1,5 +1,5 @@
-# What 08-parameter-servers.ipynb measured, for `make report`: run in its kernel after its
-# last cell (tools/report.py; make test runs it too, through nbval).
+# What 08-parameter-servers.ipynb measured, for `make report`, and where its jobs ran, checked:
+# run in its kernel after its last cell (tools/report.py; make test runs it too, through nbval).
 for n, bench in benches.items():
     (alg, bus), mb = at_largest(n), bench["sizes_bytes"][-1] / 2**20
     note = f"{bench['backend']}, {mb:.0f} MB"
@@ -13,3 +13,6 @@ for n, bench in benches.items():
 for how, seconds in per_step.items():
     dx.record(f"{how}_ms_per_step", seconds.value * 1e3, "ms",
               f"{steps} steps, {nproc} processes, {compare['backend']}")
+
+for n, bench in benches.items():  # each job ran where dx.init_worker puts n processes
+    assert bench["backend"] == ("nccl" if dx.worker_device(n).type == "cuda" else "gloo"), n
