@@ -13,7 +13,7 @@ dx.record("barrier_at_end_s", measured["at the end"].value, "s",
 dx.record("issue_time_t1_s", t1, "s", "model: queueing one addition")
 dx.record("compute_time_t2_s", t2, "s", "model: one addition")
 dx.record("barrier_time_t3_s", t3, "s", "model: round trip of an empty job")
-if on_gpu:
+if device.type == "cuda":
     dx.record("gpu_timer_share", dev_seen, "1", f"d2l.Benchmark, {device}")
     dx.record("gpu_barrier_cost", dev_gain.speedup.value, "1",
               f"{steps} additions, {device}")
