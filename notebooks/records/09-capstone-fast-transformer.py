@@ -1,12 +1,12 @@
 # What 09-capstone-fast-transformer.ipynb measured, for `make report`: run in its kernel after its
 # last cell (tools/report.py; make test runs it too, through nbval).
 dx.record("capstone_baseline_tokens_per_s",
-          results["eager fp32"]["tokens_per_s"], "tokens/s", f"{device}")
-dx.record("capstone_best_tokens_per_s", results[best]["tokens_per_s"],
+          results["eager fp32"]["rate"].value, "tokens/s", f"{device}")
+dx.record("capstone_best_tokens_per_s", results[best]["rate"].value,
           "tokens/s", best)
-dx.record("capstone_best_speedup", results[best]["tokens_per_s"]
-          / results["eager fp32"]["tokens_per_s"], "x", best)
+dx.record("capstone_best_speedup", results[best]["rate"].value
+          / results["eager fp32"]["rate"].value, "x", best)
 dx.record("capstone_overhead_share", 100 * share["overhead"].value, "%",
           "baseline")
 dx.record("capstone_checkpoint_memory_saving", 100 * saving, "%", "every block")
-dx.record("capstone_final_loss", final_loss, "nats", f"{steps} steps")
+dx.record("capstone_final_loss", final_loss, "nats", f"{len(curve)} steps")
