@@ -18,12 +18,12 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 from tools.nbmeta import SLIDE_LINES, cell_lines, hidden  # noqa: E402
+from tools.report import RECORDS_DIR, records_source  # noqa: E402
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 MAX_LINES, MAX_WIDTH = 25, 80
 BOOKKEEPING = re.compile(r"\bdx\.(record|notice)\s*\(")
 RECORD = re.compile(r"\bdx\.record\s*\(")
-RECORDS = ROOT / "notebooks" / "records"
 
 
 def cells(path):
@@ -66,9 +66,10 @@ def test_bookkeeping_stays_out_of_teaching_cells(path):
     assert not bad, (f"{path.name}: cells {bad} call dx.record/dx.notice; move dx.notice into a "
                      f"cell tagged no-slide, dx.record into notebooks/records/{path.stem}.py")
     recorded = [i for i, c in cells(path) if RECORD.search(source(c))]
-    assert not recorded, f"{path.name}: cells {recorded} call dx.record; move it to {RECORDS}/"
-    assert RECORD.search((RECORDS / f"{path.stem}.py").read_text()), \
-        f"{RECORDS}/{path.stem}.py: record what the notebook measured, for make report"
+    where = f"notebooks/{RECORDS_DIR}/{path.stem}.py"
+    assert not recorded, f"{path.name}: cells {recorded} call dx.record; move it to {where}"
+    assert RECORD.search(records_source(path) or ""), \
+        f"{where}: record what the notebook measured, for make report"
     dumps = [i for i, c in cells(path) if "getsource(" in source(c)]
     assert not dumps, f"{path.name}: cells {dumps} print source code; show it in a cell instead"
 
