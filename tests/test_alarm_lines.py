@@ -9,7 +9,7 @@ import nbformat
 import pytest
 
 from tools.alarms import ALARM_PATTERNS, alarm_lines, explain
-from tools.nbval_alarms import kernel_env
+from tools.nbval_alarms import kernel_env, worker_scope
 
 ROOT = Path(__file__).parents[1]
 
@@ -123,3 +123,16 @@ def test_nbval_keeps_each_notebook_it_ran_cleanly_for_the_decks(tmp_path):
     assert cells[3]["outputs"] == [], "a trailing ';' hides the value, as in Jupyter"
     assert [o["text"] for o in cells[4]["outputs"]] == [["new\n"]], "clear_output, as in Jupyter"
     assert cells[0]["cell_type"] == "markdown" and not Path(folder).exists(), "removed at the end"
+
+
+@pytest.mark.parametrize("nodeid, scope", [
+    ("notebooks/04-hardware.ipynb::Cell 3", "notebooks"),
+    ("notebooks/04-hardware.ipynb::Cell records", "notebooks"),
+    ("tests/test_decks.py::test_every_slide_fits[00]", "notebooks"),
+    ("tests/test_hosted.py::test_a_lone_notebook_runs_on_a_hosted_stack", "notebooks"),
+    ("tests/test_hosted.py::test_setup_cell_fits_six_lines_of_a_slide",
+     "tests/test_hosted.py::test_setup_cell_fits_six_lines_of_a_slide"),
+    ("tests/test_ring.py::test_ring[2]", "tests/test_ring.py::test_ring[2]")])
+def test_xdist_keeps_the_notebooks_and_their_readers_on_one_worker(nodeid, scope):
+    # The decks and the lone hosted run reuse nbval's runs, which live in one worker's memory.
+    assert worker_scope(nodeid) == scope

@@ -85,6 +85,29 @@ def pytest_configure(config):
     IPyNbFile.collect = collect_with_records
 
 
+# Under pytest-xdist (`make test` runs two workers) the notebooks and the tests that reuse nbval's
+# runs of them (executed_folder) share one worker, in collection order: notebooks first. Every
+# other test goes to whichever worker is free. (xdist's own xdist_group mark cannot do this under
+# pytest 9: it renames the item, which pytest 9 no longer allows.)
+SAME_WORKER = (".ipynb::", "tests/test_decks.py::", "tests/test_hosted.py::test_a_lone_notebook")
+
+
+def worker_scope(nodeid: str) -> str:
+    """The unit xdist hands to one worker: 'notebooks' for those that share one, else the test."""
+    return "notebooks" if any(part in nodeid for part in SAME_WORKER) else nodeid
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class NotebooksTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_scope(nodeid)
+
+    return NotebooksTogether(config, log)
+
+
 def outputs_from_messages(messages: list[dict]) -> list:
     """A cell's outputs as Jupyter shows them: streams joined, clear_output honoured."""
     import nbformat
