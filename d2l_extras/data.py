@@ -27,20 +27,17 @@ FASHION_FILES = {"train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte")
 FASHION_HOST = "fashion-mnist.s3-website.eu-central-1.amazonaws.com"
 
 
-def data_dir() -> pathlib.Path:
-    """Return where datasets are cached: $D2L_DATA_DIR, else ~/.cache/d2l-extras."""
-    return pathlib.Path(os.environ.get(DATA_ENV, "").strip() or "~/.cache/d2l-extras").expanduser()
-
-
 def default_sizes() -> tuple[int, int]:
     """Return (train, test) subset sizes of the active profile."""
     return by_profile((1024, 300), (12000, 2000), (60000, 10000))
 
 
 def _where(n_train: int | None, n_test: int | None, root: str | os.PathLike | None):
-    # (n_train, n_test) (None: the profile's), the cache, torchvision's Fashion-MNIST folder in it.
+    # (n_train, n_test) (None: the profile's), the cache ($D2L_DATA_DIR, else
+    # ~/.cache/d2l-extras), torchvision's Fashion-MNIST folder in it.
     default_train, default_test = default_sizes()
-    root = pathlib.Path(root) if root is not None else data_dir()
+    root = pathlib.Path(root or os.environ.get(DATA_ENV, "").strip() or "~/.cache/d2l-extras")
+    root = root.expanduser()
     return (whole_number(n_train or default_train, "n_train"),
             whole_number(n_test or default_test, "n_test"), root, root / "FashionMNIST" / "raw")
 
@@ -60,19 +57,16 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
     return np.frombuffer(data, np.uint8, offset=start).reshape(shape)
 
 
+def _fashion_files(folder: pathlib.Path, suffixes=("", ".gz")) -> dict | None:
+    # {split: (images, labels) paths}, each file unpacked or gzipped; None if one is missing.
+    paths = {split: [next((folder / f"{n}{x}" for x in suffixes if (folder / f"{n}{x}").exists()),
+                          None) for n in names] for split, names in FASHION_FILES.items()}
+    return None if any(None in pair for pair in paths.values()) else paths
+
+
 def _read_fashion(folder: pathlib.Path) -> dict[str, tuple[np.ndarray, np.ndarray]] | None:
-    paths = {split: [next((p for p in (folder / n, folder / f"{n}.gz") if p.exists()), None)
-                     for n in names] for split, names in FASHION_FILES.items()}
-    if any(None in pair for pair in paths.values()):
-        return None
-    out = {}
-    for split, (images, labels) in paths.items():
-        X, y = read_idx(images), read_idx(labels)
-        if X.ndim != 3 or y.ndim != 1 or len(X) != len(y):
-            raise ValueError(f"{images.name} {X.shape} and {labels.name} {y.shape} do not form "
-                             "a set of images with one label each")
-        out[split] = (X, y)
-    return out
+    paths = _fashion_files(folder)
+    return paths and {split: tuple(map(read_idx, pair)) for split, pair in paths.items()}
 
 
 @functools.lru_cache  # offline, the network is asked once per process
@@ -129,7 +123,6 @@ class ImageData:
     name: str
     train: TensorDataset
     test: TensorDataset
-    notice: str       # the one-line description load_images prints
     fallback: str = ""  # why Fashion-MNIST was not used, when it was asked for ("" otherwise)
 
     def loaders(self, batch_size: int, shuffle: bool = True, seed: int = 0
@@ -172,12 +165,11 @@ def load_images(n_train: int | None = None, n_test: int | None = None, source: s
             what = "could not be downloaded" if download else "is not cached"
             fallback = f"Fashion-MNIST {what} ({why}): using scikit-learn's digits"
     train, test = _subset(*arrays["train"], n_train), _subset(*arrays["test"], n_test)
-    notice = f"{head}; {len(train)} training and {len(test)} test images."
     if verbose:
         if fallback:
             _notice(fallback)  # "notice: ...", the first time in this process only
-        print(notice)
-    return ImageData(name, train, test, notice, fallback)
+        print(f"{head}; {len(train)} training and {len(test)} test images.")
+    return ImageData(name, train, test, fallback)
 
 
 def book_fashion_mnist(batch_size: int, n_train: int | None = None, n_test: int | None = None,
@@ -186,15 +178,13 @@ def book_fashion_mnist(batch_size: int, n_train: int | None = None, n_test: int 
     """The book's d2l.load_data_fashion_mnist on the cached files; None when they are not there."""
     whole_number(batch_size, "batch_size")
     n_train, n_test, root, folder = _where(n_train, n_test, root)
-    # torchvision reads only the unpacked files.
-    if not all((folder / name).exists() for names in FASHION_FILES.values() for name in names):
+    if _fashion_files(folder, suffixes=("",)) is None:  # torchvision reads only unpacked files
         return None
     import torchvision
     from d2l import torch as d2l  # imported only here: they take seconds to import
 
     def dataset(train: bool, **kwargs) -> Subset:
-        # The book's reads (and downloads into) "../data", in the repository for a notebook: this
-        # one reads the cache, cut to load_images's subset.
+        # Not the book's "../data" (in the repository): the cache, cut to load_images's subset.
         data = book(train=train, **kwargs | {"root": str(root), "download": False})
         n, size = n_train if train else n_test, len(data)
         return Subset(data, np.random.default_rng(1).permutation(size)[:n].tolist()

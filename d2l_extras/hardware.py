@@ -13,7 +13,7 @@ import platform
 import re
 import subprocess
 import sys
-from typing import Mapping, Sequence
+from typing import Sequence
 
 import psutil
 import torch
@@ -69,8 +69,8 @@ def cuda_arch_supported(capability: tuple[int, int], arch_list: Sequence[str]) -
     return any(runs(*found.groups()) for found in map(_CUDA_ARCH.fullmatch, arch_list) if found)
 
 
-def _cuda_gpus() -> tuple[list[int], list[int]]:
-    """Indices of the visible CUDA GPUs this torch build has kernels for, and of the others."""
+def _cuda_gpus() -> list[list[int]]:
+    # Indices of the visible CUDA GPUs this torch build has kernels for, and of the others.
     if not torch.cuda.is_available():
         return [], []
     try:
@@ -83,7 +83,7 @@ def _cuda_gpus() -> tuple[list[int], list[int]]:
     # A build that names no CUDA target (an empty list, ROCm's gfx names) tells nothing: keep all.
     known = any(map(_CUDA_ARCH.fullmatch, archs))
     runs = [not known or cuda_arch_supported((p.major, p.minor), archs) for p in props]
-    return [i for i, ok in enumerate(runs) if ok], [i for i, ok in enumerate(runs) if not ok]
+    return [[i for i, ok in enumerate(runs) if ok is want] for want in (True, False)]
 
 
 def accelerators() -> list[torch.device]:
@@ -184,20 +184,18 @@ def devices(n: int) -> list[torch.device]:
 
 # D2L_EXPECT_GPUS=N (D2L_EXPECT_GPU=1: N=1) makes fewer than N GPUs an error, so that a GPU test
 # runner that lost a GPU cannot pass by skipping or simulating the GPU, NCCL and P2P paths.
-EXPECT_GPU_VAR, EXPECT_GPUS_VAR = "D2L_EXPECT_GPU", "D2L_EXPECT_GPUS"
-_FLAGS = {**dict.fromkeys(("", "0", "false", "no", "off"), 0),
-          **dict.fromkeys(("1", "true", "yes", "on"), 1)}
+_FLAGS = {"": 0, "0": 0, "false": 0, "no": 0, "off": 0, "1": 1, "true": 1, "yes": 1, "on": 1}
 
 
-def expected_gpus(environ: Mapping[str, str] | None = None) -> int:
+def expected_gpus() -> int:
     """The CUDA GPUs this machine must show: D2L_EXPECT_GPUS=N, 1 for D2L_EXPECT_GPU=1, else 0."""
-    environ = os.environ if environ is None else environ
-    count, flag = environ.get(EXPECT_GPUS_VAR, "").strip(), environ.get(EXPECT_GPU_VAR, "")
+    count = os.environ.get("D2L_EXPECT_GPUS", "").strip()
+    flag = os.environ.get("D2L_EXPECT_GPU", "")
     if count and not count.isdigit():
-        raise ValueError(f"{EXPECT_GPUS_VAR}={count!r}: set it to the number of CUDA GPUs "
+        raise ValueError(f"D2L_EXPECT_GPUS={count!r}: set it to the number of CUDA GPUs "
                          "this machine must show (0 for none required), or unset it")
     if not count and flag.strip().lower() not in _FLAGS:
-        raise ValueError(f"{EXPECT_GPU_VAR}={flag!r}: set it to 1 (a CUDA GPU must be visible) "
+        raise ValueError(f"D2L_EXPECT_GPU={flag!r}: set it to 1 (a CUDA GPU must be visible) "
                          "or 0 (run on whatever is there), or unset it")
     return int(count) if count else _FLAGS[flag.strip().lower()]
 
@@ -207,31 +205,28 @@ def _check_expected_gpu(report: dict) -> None:
     found = sum(a["device"].startswith("cuda") for a in report["accelerators"])
     if found >= wanted:
         return
-    var = f"{EXPECT_GPUS_VAR}={wanted}" if os.environ.get(EXPECT_GPUS_VAR, "").strip() \
-        else f"{EXPECT_GPU_VAR}=1"
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    var = f"D2L_EXPECT_GPUS={wanted}" if os.environ.get("D2L_EXPECT_GPUS", "").strip() \
+        else "D2L_EXPECT_GPU=1"
+    lacking, visible = len(report["unsupported"]), os.environ.get("CUDA_VISIBLE_DEVICES")
     raise RuntimeError(
         f"{var} says this machine has {'a CUDA GPU' if wanted == 1 else f'{wanted} CUDA GPUs'}"
         f", but torch sees {found or 'none'}"
-        + (f" it can use and {len(report['unsupported'])} without kernels in this build"
-           if report.get("unsupported") else "")
+        + (f" it can use and {lacking} without kernels in this build" if lacking else "")
         + f" (torch {report['torch']}, "
         + (f"CUDA build {report['cuda_build']}" if report["cuda_build"] else
            "a CPU-only build: install a CUDA build of torch")
         + (f", CUDA_VISIBLE_DEVICES={visible!r}" if visible is not None else "")
-        + f"). Check `nvidia-smi` and the driver, or set {EXPECT_GPUS_VAR} to the number of GPUs "
+        + "). Check `nvidia-smi` and the driver, or set D2L_EXPECT_GPUS to the number of GPUs "
         "the machine has (fewer GPUs: the multi-GPU paths are simulated).")
 
 
-def platform_name(environ: Mapping[str, str] | None = None, home: str | None = None) -> str:
+def platform_name() -> str:
     """Name the hosted platform this runs on (Colab, Kaggle, Studio Lab), else 'local'."""
-    environ = os.environ if environ is None else environ
-    home = os.path.expanduser("~") if home is None else home
-    if any(key.startswith("COLAB_") for key in environ):  # COLAB_RELEASE_TAG, COLAB_GPU, ...
+    if any(key.startswith("COLAB_") for key in os.environ):  # COLAB_RELEASE_TAG, COLAB_GPU, ...
         return "Colab"
-    if "KAGGLE_KERNEL_RUN_TYPE" in environ or "KAGGLE_URL_BASE" in environ:
+    if "KAGGLE_KERNEL_RUN_TYPE" in os.environ or "KAGGLE_URL_BASE" in os.environ:
         return "Kaggle"
-    return "SageMaker Studio Lab" if "studio-lab-user" in home else "local"
+    return "SageMaker Studio Lab" if "studio-lab-user" in os.path.expanduser("~") else "local"
 
 
 def package_source(package_dir: str | None = None) -> str:
@@ -283,8 +278,8 @@ def _gpu(index: int) -> dict:
 def hardware_report(verbose: bool = True) -> dict:
     """Print (and return) CPU, RAM, GPUs, torch and profile; raise if expected GPUs are missing."""
     mem, usable = psutil.virtual_memory(), accelerators()
-    # mem_get_info makes a CUDA context on the GPU it asks (0.3-0.5 GB, held until the process
-    # ends), which a DDP worker later using that GPU would lack: ask the current GPU only.
+    # mem_get_info makes a CUDA context (0.3-0.5 GB, held until the process ends) on the GPU it
+    # asks, which a DDP worker later using that GPU would lack: ask the current GPU only.
     current = torch.cuda.current_device() if any(d.type == "cuda" for d in usable) else None
     found = [{**_gpu(d.index), "free": free_memory(d) if d.index == current else None}
              if d.type == "cuda" else {"device": str(d), "name": "Apple GPU (MPS)",

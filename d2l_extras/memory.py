@@ -1,5 +1,4 @@
-"""Where training's memory goes: predicted, counted (CUDA's allocator, the profiler, autograd's
-saved tensors), and followed over a step."""
+"""Where training's memory goes: predicted, counted (allocator, profiler, autograd), followed."""
 from __future__ import annotations
 
 import itertools
@@ -40,31 +39,23 @@ def _storage_key(t: torch.Tensor) -> tuple:
     return (t.device, t.untyped_storage().data_ptr())
 
 
-def tensor_bytes(tensors: Iterable[torch.Tensor | None]) -> int:
-    """Bytes held by tensors (None skipped), each storage counted once, views included."""
-    tensors = [t for t in tensors if t is not None]
-    for t in tensors:
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"tensor_bytes() counts tensors, got {type(t).__name__}")
-    return sum({_storage_key(t): t.untyped_storage().nbytes() for t in tensors}.values())
-
-
-def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
-    """Bytes of an optimizer's per-parameter state; scalars (Adam's step count) left out."""
-    if not isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError(f"optimizer_state_bytes() needs a torch.optim.Optimizer, "
-                        f"got {type(optimizer).__name__}")
-    return tensor_bytes(v for state in optimizer.state.values() for v in state.values()
-                        if isinstance(v, torch.Tensor) and v.dim() > 0)
+def _tensor_bytes(tensors: Iterable[torch.Tensor | None]) -> int:
+    return sum({_storage_key(t): t.untyped_storage().nbytes()
+                for t in tensors if t is not None}.values())
 
 
 def model_state_bytes(model: torch.nn.Module,
                       optimizer: torch.optim.Optimizer | None = None) -> dict[str, int]:
     """Bytes alive now in a model's parameters, their gradients and its optimizer's state."""
-    params = list(model.parameters())
-    return {"parameters": tensor_bytes(params),
-            "gradients": tensor_bytes(p.grad for p in params),
-            "optimizer state": 0 if optimizer is None else optimizer_state_bytes(optimizer)}
+    if not isinstance(optimizer, (torch.optim.Optimizer, type(None))):
+        raise TypeError(f"model_state_bytes(): optimizer must be a torch.optim.Optimizer or "
+                        f"None, got {type(optimizer).__name__}")
+    params, states = list(model.parameters()), optimizer.state.values() if optimizer else []
+    # Per-parameter state only: Adam's step counters are scalars.
+    return {"parameters": _tensor_bytes(params),
+            "gradients": _tensor_bytes(p.grad for p in params),
+            "optimizer state": _tensor_bytes(v for state in states for v in state.values()
+                                             if isinstance(v, torch.Tensor) and v.dim() > 0)}
 
 
 @dataclass(slots=True, weakref_slot=True)
@@ -74,8 +65,7 @@ class _Saved:  # what autograd keeps instead of the tensor: its finalizer tells 
 
 class SavedTensors(torch.autograd.graph.saved_tensors_hooks):
     """`with SavedTensors(exclude=model.parameters()) as saved:` counts the bytes autograd keeps."""
-    # Each storage counts once. `timeline` holds the bytes kept after every save or release,
-    # `marks` the (index, label) where `mark(label)` was called.
+    # `timeline`: the bytes kept after every save or release; `marks`: (index, label) of mark().
 
     def __init__(self, exclude: Iterable[torch.Tensor] = ()):
         super().__init__(self._pack, lambda s: s.tensor if isinstance(s, _Saved) else s)
@@ -119,7 +109,7 @@ class MemoryTimeline:
     """Bytes allocated (and on CUDA reserved) above the start, over one profiled call."""
 
     times: list[float]              # seconds since the start of the call
-    allocated: list[int]            # bytes allocated above what was allocated at the start
+    allocated: list[int]
     reserved: list[int] | None      # CUDA only: bytes the caching allocator holds
     phases: list[tuple[str, float, float]] = field(default_factory=list)  # name, start, end
 
@@ -139,12 +129,15 @@ def _memory_device(device: torch.device | str) -> torch.device:
     return device
 
 
-def memory_events(trace: dict, device: torch.device | str = "cpu", phases: Iterable[str] = (),
-                  reserved_before: int | None = None) -> MemoryTimeline:
-    """The allocations and frees on `device` in a trace from profile_trace(..., memory=True)."""
+def memory_timeline(fn: Callable[[], object], device: torch.device | str = "cpu",
+                    phases: Iterable[str] = ("forward", "backward", "optimizer")
+                    ) -> MemoryTimeline:
+    """Profile one call of fn; return the bytes allocated on device over time, and its phases."""
+    # Phases are the record_function(name) blocks inside fn. Freeing a tensor made before the
+    # call does not lower the curve: the profiler knows no size for such a block.
     device = _memory_device(device)
-    if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
-        raise ValueError("memory_events() needs a Chrome trace dict with a 'traceEvents' list")
+    before = torch.cuda.memory_reserved(device) if device.type == "cuda" else 0
+    trace = profile_trace(fn, [device], memory=True)
     # Kineto's device types: 0 is the CPU (device id -1), 1 is CUDA.
     kind, phases = int(device.type == "cuda"), set(phases)
     mem, spans = [], []
@@ -158,24 +151,10 @@ def memory_events(trace: dict, device: torch.device | str = "cpu", phases: Itera
     mem.sort()
     spans.sort(key=lambda s: s[0])
     t0 = min([m[0] for m in mem] + [s[0] for s in spans], default=0.0)
-    # On CUDA, reserved is above the bytes reserved when the call began (reserved_before), or
-    # else above the reserve of the first event.
-    start = reserved_before if reserved_before is not None else mem[0][2] if mem else 0
     return MemoryTimeline([0.0] + [(ts - t0) * 1e-6 for ts, _, _ in mem],
                           [0, *itertools.accumulate(n for _, n, _ in mem)],
-                          [0] + [held - start for _, _, held in mem] if kind else None,
+                          [0] + [held - before for _, _, held in mem] if kind else None,
                           [(name, (s - t0) * 1e-6, (e - t0) * 1e-6) for s, e, name in spans])
-
-
-def memory_timeline(fn: Callable[[], object], device: torch.device | str = "cpu",
-                    phases: Iterable[str] = ("forward", "backward", "optimizer")
-                    ) -> MemoryTimeline:
-    """Profile one call of fn; return the bytes allocated on device over time, and its phases."""
-    # Phases are the record_function(name) blocks inside fn. Freeing a tensor made before the
-    # call does not lower the curve: the profiler knows no size for such a block.
-    device = _memory_device(device)
-    before = torch.cuda.memory_reserved(device) if device.type == "cuda" else None
-    return memory_events(profile_trace(fn, [device], memory=True), device, phases, before)
 
 
 def peak_memory(fn: Callable[[], object], device: torch.device | str = "cpu") -> int:
@@ -209,9 +188,8 @@ def snapshot_series(snapshot: dict, device_index: int = 0) -> list[int]:
 
 class CachingAllocatorModel:
     """A toy of PyTorch's CUDA caching allocator: allocated vs reserved, on any machine."""
-    # Requests round up to 512 bytes. A freed block stays reserved and serves the best-fitting
-    # later request, whole (the real allocator splits large blocks); a request no free block
-    # fits reserves a new segment, rounded up to 2 MiB. empty_cache() frees the free blocks.
+    # A freed block stays reserved and serves the best-fitting later request, whole (the real
+    # allocator splits large blocks); a request no free block fits reserves a new segment.
     ROUND, SEGMENT = 512, 2 * MiB
 
     def __init__(self):

@@ -2,26 +2,22 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable, NamedTuple, Sequence
 
 import matplotlib.pyplot as plt
 import torch
 from matplotlib.patches import Patch
 
-from .hwbench import TENSOR_CORE_DTYPES
 from .plotting import MIN_POINTS, _text_pixels
 
 
-@dataclass(frozen=True)
-class FloatFormat:
+class FloatFormat(NamedTuple):
     """A binary floating-point format: 1 sign bit, `exponent` bits, `mantissa` stored bits."""
     name: str
     exponent: int
     mantissa: int
     dtype: torch.dtype | None  # None for tf32: a way tensor cores compute, not a storage dtype
     finite_only: bool = False  # no infinities: the top exponent holds numbers (fp8 e4m3fn)
-    use: str = ""
 
     @property
     def bits(self) -> int:
@@ -30,14 +26,12 @@ class FloatFormat:
 
 
 FLOAT_FORMATS: dict[str, FloatFormat] = {f.name: f for f in (
-    FloatFormat("float32", 8, 23, torch.float32, use="training master weights"),
-    FloatFormat("tf32", 8, 10, None, use="tensor-core products of float32 (compute capability "
-                "{}.{}+)".format(*TENSOR_CORE_DTYPES["tfloat32"])),
-    FloatFormat("bfloat16", 8, 7, torch.bfloat16, use="mixed precision, same range as float32"),
-    FloatFormat("float16", 5, 10, torch.float16, use="mixed precision with loss scaling"),
-    FloatFormat("float8_e4m3fn", 4, 3, torch.float8_e4m3fn, finite_only=True,
-                use="inference / forward of fp8 training"),
-    FloatFormat("float8_e5m2", 5, 2, torch.float8_e5m2, use="gradients of fp8 training"),
+    FloatFormat("float32", 8, 23, torch.float32),
+    FloatFormat("tf32", 8, 10, None),
+    FloatFormat("bfloat16", 8, 7, torch.bfloat16),  # mixed precision, float32's range
+    FloatFormat("float16", 5, 10, torch.float16),  # mixed precision with loss scaling
+    FloatFormat("float8_e4m3fn", 4, 3, torch.float8_e4m3fn, finite_only=True),  # forward
+    FloatFormat("float8_e5m2", 5, 2, torch.float8_e5m2),  # gradients of fp8 training
 )}
 
 
@@ -52,8 +46,7 @@ def format_limits(fmt: FloatFormat | str) -> dict[str, float]:
     fmt = _as_format(fmt)
     e, m, finite = fmt.exponent, fmt.mantissa, int(fmt.finite_only)
     bias = 2 ** (e - 1) - 1
-    # IEEE keeps the top exponent for inf and NaN; a finite-only format uses it for numbers, all
-    # but the one with an all-ones mantissa (NaN).
+    # IEEE keeps the top exponent for inf and NaN; a finite-only format keeps only 1.11...1 (NaN).
     largest = (2 - 2.0 ** (finite - m)) * 2.0 ** (2 ** e - 2 + finite - bias)
     return {"eps": 2.0 ** -m, "max": largest, "smallest_normal": 2.0 ** (1 - bias),
             "smallest_subnormal": 2.0 ** (1 - bias - m), "decimal_digits": (m + 1) * math.log10(2)}
@@ -150,11 +143,10 @@ def plot_formats(formats: Iterable[FloatFormat | str] | None = None,
     # range at 2^-6). A few ticks at 2**(k * stride), stride a power of two: 2^-128, 2^-64, 2^0.
     lo = math.floor(math.log2(min(lim["smallest_subnormal"] for *_, lim in rows))) - 4
     hi = math.ceil(math.log2(max(lim["max"] for *_, lim in rows))) + 4
-    right.set_xlim(2.0 ** lo, 2.0 ** hi)
     stride = 2 ** max(1, round(math.log2((hi - lo) / 5)))
-    right.set_xticks([2.0 ** k for k in range(math.ceil(lo / stride) * stride, hi + 1, stride)])
+    right.set(xlim=(2.0 ** lo, 2.0 ** hi), xlabel="magnitude, log scale (pale: subnormal)",
+              xticks=[2.0 ** k for k in range(math.ceil(lo / stride) * stride, hi + 1, stride)])
     right.minorticks_off()
-    right.set_xlabel("magnitude, log scale (pale: subnormal)")
     left.figure.legend(handles=[Patch(color=c, label=k) for k, c in colors.items()],
                        loc="outside upper center", ncols=3, frameon=False, fontsize=MIN_POINTS)
     left.figure.canvas.draw()  # the layout is final: measure the room right of each bar

@@ -17,22 +17,18 @@ import torch
 from .hardware import accelerators
 from .timing import synchronize
 
-# The Chrome-trace categories that torch.profiler (Kineto) writes, by the bar each becomes.
-# cuda_runtime and cuda_driver are a CPU thread's calls into CUDA (cudaLaunchKernel, ...).
+# Kineto's Chrome-trace categories, by the bar each becomes (cuda_runtime: cudaLaunchKernel, ...).
 KINDS = {"cpu_op": "cpu op", "user_annotation": "cpu op", "cuda_runtime": "launch",
          "cuda_driver": "launch", "kernel": "kernel", "gpu_memset": "kernel", "gpu_memcpy": "copy"}
-# Kineto prints its own log lines ("USDT: ... profiler_start", on a CUDA build without a GPU
-# "ERROR: ... gpuGetDeviceCount failed") under the cell; this level is above all of them.
+# Above every line Kineto would print under the cell ("USDT: ... profiler_start", ...).
 QUIET_KINETO_LOG_LEVEL = "6"
-# What the CPU allocator logs (once, from C++, on fd 2) when a profile with memory=True sees a
-# tensor made before it freed: the profiler knows no size for that block.
+# Logged from C++ on fd 2 when a profile with memory=True sees an older tensor freed.
 UNKNOWN_FREE = "Memory block of unknown size was allocated before the profiling started"
 
 
 @dataclass(frozen=True)
 class TimelineEvent:
     """One bar of a timeline: `name` ran on `lane` from `start` for `duration` seconds."""
-
     name: str
     lane: str      # "CPU thread 0" or "cuda:0 stream 7"
     start: float   # seconds since the first recorded event
@@ -47,8 +43,7 @@ class TimelineEvent:
 
 @contextlib.contextmanager
 def _without_unknown_free_warning():
-    # Expected whenever the call frees a tensor made before it, and nothing a student can act
-    # on; any other line written to fd 2 meanwhile is passed on.
+    # UNKNOWN_FREE is nothing a student can act on; other lines written to fd 2 are passed on.
     sys.stderr.flush()
     saved = os.dup(2)
     with tempfile.TemporaryFile(mode="w+b") as tmp:
@@ -67,14 +62,12 @@ def _without_unknown_free_warning():
 def profile_trace(fn: Callable[[], object], devices: Iterable[torch.device | str] | None = None,
                   trace_path: str | os.PathLike | None = None, memory: bool = False) -> dict:
     """Profile one call of fn on devices (default: every accelerator); return the Chrome trace."""
-    # memory=True adds an instant event "[memory]" per allocation and free (memory_timeline).
     if not callable(fn):
         raise TypeError(f"profile_trace() needs a function to call, got {type(fn).__name__}")
     devices = accelerators() if devices is None else [torch.device(d) for d in devices]
     os.environ.setdefault("KINETO_LOG_LEVEL", QUIET_KINETO_LOG_LEVEL)  # read at the first profile
-    # Kineto records CUDA kernels and copies (for MPS only the CPU side). CUDA activity only where
-    # CUDA runs, or torch warns "CUDA is not available"; use_kineto=True, or use_device="cuda"
-    # records the CPU only (torch.profiler.profile passes it too, but imports torch._inductor).
+    # CUDA activity only where CUDA runs, or torch warns "CUDA is not available". Without
+    # use_kineto=True, use_device="cuda" records the CPU only.
     cuda = any(d.type == "cuda" for d in devices) and torch.cuda.is_available()
     synchronize(devices)  # work queued before would show up as unexplained device time
     quiet = _without_unknown_free_warning() if memory else contextlib.nullcontext()
@@ -145,8 +138,7 @@ def trace_events(trace: dict | str | os.PathLike, top_level: bool = True) -> lis
 
 def launch_stacks(trace: dict | str | os.PathLike) -> dict[TimelineEvent, list[TimelineEvent]]:
     """Each kernel and copy of a trace, with the CPU ops (outermost first) that launched it."""
-    # A device runs a kernel after its CPU thread launched it: what it belongs to (forward,
-    # backward, which collective) shows in the ops that thread was inside at the launch.
+    # What a kernel belongs to (forward, a collective) shows in the ops around its launch.
     parsed = _parsed(trace)
     launches = {corr: ev for ev, corr in parsed
                 if ev.kind in ("launch", "wait") and corr is not None}

@@ -142,10 +142,13 @@ def test_profile_sizes(monkeypatch):
 
 
 def test_data_dir_env(monkeypatch, tmp_path):
-    monkeypatch.setenv("D2L_DATA_DIR", str(tmp_path))
-    assert dx.data.data_dir() == tmp_path
+    fake_fashion(tmp_path / "cache")
+    monkeypatch.setenv("D2L_DATA_DIR", str(tmp_path / "cache"))
+    assert dx.load_images(8, 4, download=False, verbose=False).name == "fashion-mnist"
     monkeypatch.delenv("D2L_DATA_DIR")
-    assert dx.data.data_dir().parts[-2:] == (".cache", "d2l-extras")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    with pytest.raises(FileNotFoundError, match=r"home/\.cache/d2l-extras/FashionMNIST/raw"):
+        dx.load_images(source="fashion-mnist", download=False)
 
 
 def test_loaders(tmp_path):

@@ -133,14 +133,17 @@ def no_gpu_promised(monkeypatch):
     ({}, 0), ({"D2L_EXPECT_GPU": "0"}, 0), ({"D2L_EXPECT_GPU": "1"}, 1),
     ({"D2L_EXPECT_GPUS": "4"}, 4), ({"D2L_EXPECT_GPUS": " 2 ", "D2L_EXPECT_GPU": "1"}, 2),
     ({"D2L_EXPECT_GPUS": "0", "D2L_EXPECT_GPU": "1"}, 0), ({"D2L_EXPECT_GPUS": ""}, 0)])
-def test_expected_gpus_reads_the_count_or_the_flag(environ, expected):
-    assert dx.hardware.expected_gpus(environ) == expected
+def test_expected_gpus_reads_the_count_or_the_flag(monkeypatch, environ, expected):
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    assert dx.hardware.expected_gpus() == expected
 
 
 @pytest.mark.parametrize("value", ["two", "-1", "1.5"])
-def test_expected_gpus_rejects_what_is_not_a_count(value):
+def test_expected_gpus_rejects_what_is_not_a_count(monkeypatch, value):
+    monkeypatch.setenv("D2L_EXPECT_GPUS", value)
     with pytest.raises(ValueError, match=r"D2L_EXPECT_GPUS='.*': set it to the number"):
-        dx.hardware.expected_gpus({"D2L_EXPECT_GPUS": value})
+        dx.hardware.expected_gpus()
 
 
 def _fake_gpus(monkeypatch, n):
@@ -260,8 +263,12 @@ def test_the_printed_report_is_its_rows(capsys, monkeypatch):
     ({}, "/home/studio-lab-user", "SageMaker Studio Lab"),
     ({"HOME": "/home/ann"}, "/home/ann", "local"),
 ])
-def test_platform_is_recognised(environ, home, name):
-    assert dx.hardware.platform_name(environ, home) == name
+def test_platform_is_recognised(monkeypatch, environ, home, name):
+    for key in [k for k in os.environ if k.startswith(("COLAB_", "KAGGLE_"))]:
+        monkeypatch.delenv(key)
+    for key, value in {**environ, "HOME": home}.items():
+        monkeypatch.setenv(key, value)
+    assert dx.hardware.platform_name() == name
 
 
 def test_report_names_the_platform_and_where_d2l_extras_comes_from(capsys):

@@ -40,9 +40,7 @@ def test_training_state_bytes_names_the_optimizers_it_knows():
 
 def test_tensor_bytes_counts_each_storage_once():
     a, b = torch.zeros(100), torch.zeros(10, dtype=torch.float64)
-    assert dx.memory.tensor_bytes([a, a[:10], a.view(10, 10).t(), None, b]) == 400 + 80
-    with pytest.raises(TypeError, match="counts tensors"):
-        dx.memory.tensor_bytes([a, [1, 2]])
+    assert dx.memory._tensor_bytes([a, a[:10], a.view(10, 10).t(), None, b]) == 400 + 80
 
 
 def small_net():
@@ -64,9 +62,10 @@ def test_model_and_optimizer_state_match_a_hand_count():
     assert any(v.dim() == 0 for s in opt.state.values() for v in s.values())
     sgd = torch.optim.SGD(net.parameters(), lr=0.1)
     sgd.step()
-    assert dx.memory.optimizer_state_bytes(sgd) == 0
+    assert dx.model_state_bytes(net, sgd)["optimizer state"] == 0
+    assert dx.model_state_bytes(net)["optimizer state"] == 0
     with pytest.raises(TypeError, match="Optimizer"):
-        dx.memory.optimizer_state_bytes(net)
+        dx.model_state_bytes(net, net)
 
 
 def test_saved_tensors_match_a_hand_count_and_are_released_by_backward():
@@ -111,12 +110,17 @@ def phase(name, ts, dur):
     return {"ph": "X", "cat": "user_annotation", "name": name, "ts": ts, "dur": dur}
 
 
-def test_memory_events_follow_the_cpu_allocations_and_phases():
-    trace = {"traceEvents": [
+def traced(monkeypatch, trace):
+    """memory_timeline reads this trace instead of profiling."""
+    monkeypatch.setattr(memory, "profile_trace", lambda fn, devices, memory: trace)
+
+
+def test_memory_timeline_follows_the_cpu_allocations_and_phases(monkeypatch):
+    traced(monkeypatch, {"traceEvents": [
         phase("forward", 1000, 20), phase("backward", 1020, 30), phase("other", 1000, 5),
         cpu_event(1010, 300), cpu_event(1005, 100), cpu_event(1030, -300),
-        cuda_event(1040, 999, 2048)]}
-    tl = dx.memory.memory_events(trace, "cpu", phases=("forward", "backward"))
+        cuda_event(1040, 999, 2048)]})
+    tl = dx.memory_timeline(lambda: None, "cpu", phases=("forward", "backward"))
     assert tl.allocated == [0, 100, 400, 100] and tl.peak == 400
     assert tl.times == pytest.approx([0, 5e-6, 10e-6, 30e-6])
     assert tl.reserved is None
@@ -124,21 +128,23 @@ def test_memory_events_follow_the_cpu_allocations_and_phases():
                          ("backward", pytest.approx(20e-6), pytest.approx(50e-6))]
 
 
-def test_memory_events_on_cuda_keep_one_device_and_its_reserve():
-    trace = {"traceEvents": [cuda_event(10, 512, 2 * MiB + 8 * MiB),
-                             cuda_event(11, 4096, 99, device=1),
-                             cuda_event(12, -512, 2 * MiB + 8 * MiB), cpu_event(13, 64)]}
-    tl = dx.memory.memory_events(trace, "cuda:0", reserved_before=8 * MiB)
+def test_memory_timeline_on_cuda_keeps_one_device_and_its_reserve(monkeypatch):
+    traced(monkeypatch, {"traceEvents": [cuda_event(10, 512, 2 * MiB + 8 * MiB),
+                                         cuda_event(11, 4096, 99, device=1),
+                                         cuda_event(12, -512, 2 * MiB + 8 * MiB),
+                                         cpu_event(13, 64)]})
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device: 8 * MiB)  # at the start
+    tl = dx.memory_timeline(lambda: None, "cuda")
     assert tl.allocated == [0, 512, 0]
     assert tl.reserved == [0, 2 * MiB, 2 * MiB]
-    assert dx.memory.memory_events(trace, "cuda:0").reserved == [0, 0, 0]  # first event as the start
 
 
-def test_memory_events_refuse_what_they_cannot_read():
-    with pytest.raises(ValueError, match="traceEvents"):
-        dx.memory.memory_events({"events": []})
+def test_memory_is_measured_on_the_cpu_or_cuda():
     with pytest.raises(ValueError, match="measure on the CPU"):
-        dx.memory.memory_events({"traceEvents": []}, "mps")
+        dx.memory_timeline(lambda: None, "mps")
+    with pytest.raises(ValueError, match="measure on the CPU"):
+        dx.peak_memory(lambda: None, "mps")
 
 
 def test_peak_memory_on_the_cpu_sees_a_workload_of_known_size():

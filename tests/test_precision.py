@@ -1,5 +1,4 @@
 """Number formats: limits from the bits agree with torch.finfo and with what casting measures."""
-import dataclasses
 import itertools
 import math
 
@@ -22,8 +21,7 @@ def test_formats_widest_first_with_their_bits():
     assert [f.name for f in dx.FLOAT_FORMATS.values() if f.finite_only] == ["float8_e4m3fn"]
     for f in STORED:  # the bits fill the dtype's storage exactly
         assert f.dtype.itemsize * 8 == f.bits, f.name
-    assert all(f.use for f in dx.FLOAT_FORMATS.values())
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(AttributeError):
         dx.FLOAT_FORMATS["float16"].mantissa = 9
 
 
@@ -60,7 +58,7 @@ def test_a_wrong_format_does_not_match_finfo():
     assert dx.format_limits(wrong)["eps"] != torch.finfo(torch.float16).eps
     assert dx.format_limits(wrong)["max"] != torch.finfo(torch.float16).max
     # e4m3fn read as an IEEE format (top exponent for inf and NaN) would stop at 240, not 448
-    ieee = dataclasses.replace(dx.FLOAT_FORMATS["float8_e4m3fn"], finite_only=False)
+    ieee = dx.FLOAT_FORMATS["float8_e4m3fn"]._replace(finite_only=False)
     assert dx.format_limits(ieee)["max"] == 240 != torch.finfo(torch.float8_e4m3fn).max
 
 
