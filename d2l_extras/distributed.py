@@ -92,21 +92,20 @@ def _running(p: psutil.Process) -> bool:
         return False
 
 
-def _collect(proc: subprocess.Popen, known: set[psutil.Process]) -> None:
+def _wait(proc: subprocess.Popen, known: set[psutil.Process], seconds: float) -> None:
     # torchrun starts each worker in a session of its own (a signal to torchrun's group misses
     # them) and once it is gone they belong to init: remember them while waiting, end each.
-    if proc.poll() is None:  # once torchrun is reaped, its pid may be another's
+    end = time.monotonic() + seconds
+    while proc.poll() is None and time.monotonic() < end:  # once reaped, the pid may be reused
         with contextlib.suppress(psutil.Error):
             known.update(psutil.Process(proc.pid).children(recursive=True))
+        time.sleep(0.05)
 
 
 def _stop(proc: subprocess.Popen, known: set[psutil.Process], grace: float) -> list[psutil.Process]:
     # End torchrun (SIGTERM; SIGKILL after grace s) and all it started; return the survivors.
-    end = time.monotonic() + grace
     proc.send_signal(signal.SIGTERM)  # torchrun stops its workers itself
-    while proc.poll() is None and time.monotonic() < end:
-        _collect(proc, known)
-        time.sleep(0.05)
+    _wait(proc, known, grace)
     # torchrun and each worker lead a session, whose id is not reused while it has a process:
     # all in it are their offspring, even unseen ones. A pid now another's leads none.
     sessions = {p.pid for p in known if p.is_running() or not psutil.pid_exists(p.pid)}
@@ -162,7 +161,7 @@ def launch(module: str, nproc: int, args: Sequence[str] = (), timeout: float = 3
                     if echo:
                         print(lines[-1], flush=True)
 
-        start = time.perf_counter()
+        start = time.monotonic()
         # A session of its own: an interrupt does not reach torchrun half-way; launch stops it.
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, text=True, env=run_env,
@@ -171,10 +170,8 @@ def launch(module: str, nproc: int, args: Sequence[str] = (), timeout: float = 3
         reader = threading.Thread(target=read, daemon=True)
         reader.start()
         try:
-            while proc.poll() is None and time.perf_counter() < start + timeout:
-                _collect(proc, known)
-                time.sleep(0.1)
-            seconds = time.perf_counter() - start
+            _wait(proc, known, timeout)
+            seconds = time.monotonic() - start
             timed_out = proc.poll() is None
         finally:  # also on KeyboardInterrupt: nothing outlives the call
             with _sigint_deferred():

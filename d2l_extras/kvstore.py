@@ -39,17 +39,14 @@ def shard_owners(sizes: Mapping[str, int], world: int) -> dict[str, int]:
 
 
 class KVStore:
-    """Sharded parameter server over torch.distributed: push aggregates, pull retrieves.
-
-    Each key's owner rank holds its value: the sum of the pushes (lr=None), or an SGD step with
-    their mean. max_staleness=tau: a pull may return a version up to tau updates old (at random).
-    """
+    """Sharded parameter server: each key's owner sums the pushes, or (lr) steps with their mean."""
 
     def __init__(self, lr: float | None = None, max_staleness: int = 0, timeout_s: float = 60.0,
                  device: torch.device | str | None = None, seed: int = 0):
         if not dist.is_initialized():
             raise RuntimeError("KVStore needs dx.init_worker() first (in a worker of dx.launch)")
         self.lr = None if lr is None else positive_number(lr, "lr (None: plain aggregation)")
+        # A pull may return a version up to max_staleness updates old (at random).
         self.max_staleness = whole_number(max_staleness, "max_staleness", minimum=0)
         self.timeout = datetime.timedelta(seconds=positive_number(timeout_s, "timeout_s"))
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
@@ -72,31 +69,19 @@ class KVStore:
         if owner == self.rank:
             self._history[key] = [value.detach().to(self.device, copy=True)]
 
-    def owner(self, key: str) -> int:
-        """The rank that holds key's value."""
-        return self._check_key(key, "owner")[0]
-
-    def keys(self) -> list[str]:
-        """All registered keys, in registration order."""
-        return list(self._meta)
-
-    def shard_keys(self) -> list[str]:
-        """The keys this rank owns."""
-        return list(self._history)
+    def owners(self) -> dict[str, int]:
+        """The rank that holds each key's value, in registration order."""
+        return {key: meta[0] for key, meta in self._meta.items()}
 
     def _check_key(self, key: str, op: str) -> tuple[int, torch.Size, torch.dtype, int]:
         if key not in self._meta:
-            raise KeyError(f"{op}: unknown key {key!r}; known keys are {self.keys()}. "
+            raise KeyError(f"{op}: unknown key {key!r}; known keys are {list(self._meta)}. "
                            f"Call init(key, value) on every rank first.")
         return self._meta[key]
 
     def _run(self, ops: list) -> None:
         for work in dist.batch_isend_irecv(ops) if ops else []:
             wait_for(work, self.timeout)  # a dead peer raises instead of hanging
-
-    def push(self, key: str, value: torch.Tensor) -> None:
-        """Send value for key to its owner, which aggregates all workers' values."""
-        self.push_all({key: value})
 
     def push_all(self, values: Mapping[str, torch.Tensor]) -> None:
         """Push several keys at once (one round of messages): every rank passes the same keys."""
@@ -121,10 +106,6 @@ class KVStore:
             history = self._history[key]
             history.append(total if self.lr is None else history[-1] - self.lr * total / self.world)
             del history[:-(self.max_staleness + 1)]
-
-    def pull(self, key: str, latest: bool = False) -> torch.Tensor:
-        """Return key's value from its owner (maybe stale, unless latest=True)."""
-        return self.pull_all([key], latest)[key]
 
     def pull_all(self, keys: Sequence[str], latest: bool = False) -> dict[str, torch.Tensor]:
         """Pull several keys at once: every rank passes the same keys in the same order."""
@@ -167,7 +148,9 @@ class KVStore:
     def load(self, directory: str) -> int:
         """Load this rank's shard of the last committed step; return that step (0: none)."""
         if self.rank == 0 and os.path.isdir(directory):  # no rank writes before rank 0 is done
-            remove_temporaries(directory)  # what a crash of an earlier run left half-written
+            for name in os.listdir(directory):  # what a crash of an earlier run left half-written
+                if re.fullmatch(rf".+{re.escape(TEMP_MARK)}\d+", name):
+                    os.remove(os.path.join(directory, name))
         step = committed_step(directory)
         if step is None:
             return 0
@@ -191,8 +174,7 @@ def _atomic_write(path: str, write) -> None:
         pathlib.Path(tmp).unlink(missing_ok=True)
         raise
     os.replace(tmp, path)
-    # Sync the directory too, or a power cut can undo the rename (Windows: NTFS journals it).
-    if os.name == "posix":
+    if os.name == "posix":  # or a power cut can undo the rename (Windows: NTFS journals it)
         fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
         try:
             os.fsync(fd)
@@ -201,15 +183,6 @@ def _atomic_write(path: str, write) -> None:
                 raise
         finally:
             os.close(fd)
-
-
-def remove_temporaries(directory: str, owned=lambda name: True) -> list[str]:
-    """Delete the temporary files (NAME.tmp<pid>) in directory that `owned(name)` accepts."""
-    removed = [name for name in sorted(os.listdir(directory))
-               if re.fullmatch(rf".+{re.escape(TEMP_MARK)}\d+", name) and owned(name)]
-    for name in removed:
-        os.remove(os.path.join(directory, name))
-    return removed
 
 
 def committed_step(directory: str) -> int | None:
@@ -305,9 +278,8 @@ def task_compare(args, device) -> dict:
                                 devices=[device], runs=max(1, min(args.steps, COMPARE_CHUNKS) - 1))
     for how in done:   # the steps that no chunk took
         chunk(how, args.steps)
-    return {"world": store.world, "backend": dist.get_backend(),
-            "owners": {k: store.owner(k) for k in store.keys()},
-            "store": _params(net), "allreduce": _params(ref), "steps": args.steps,
+    return {"world": store.world, "backend": dist.get_backend(), "owners": store.owners(),
+            "store": _params(net), "allreduce": _params(ref),
             **{f"{how}_runs": [t / size for t in m.warm] for how, m in timed.items()}}
 
 
@@ -339,25 +311,9 @@ def task_fault(args, device) -> dict:
     return {"resumed_from": start, "params": _params(net)}
 
 
-def task_check(args, device) -> dict:
-    """For the tests: push_all and pull_all without lr sum as dist.all_reduce does."""
-    store = KVStore(timeout_s=args.timeout, device=device)
-    gen = torch.Generator().manual_seed(100 + dist.get_rank())
-    shapes = {"a": (5,), "b": (3, 7), "c": (11,), "d": (2, 2, 2)}
-    grads = {k: torch.randn(s, generator=gen).to(device) for k, s in shapes.items()}
-    for k, g in grads.items():
-        store.init(k, torch.zeros_like(g))
-    store.push_all(grads)
-    for k, pulled in store.pull_all(list(grads)).items():
-        wait_for(dist.all_reduce(grads[k], async_op=True), store.timeout)
-        torch.testing.assert_close(pulled, grads[k])
-    return {"owners": {k: store.owner(k) for k in grads}, "shard": store.shard_keys(), "ok": True}
-
-
 def main(argv: Sequence[str] | None = None) -> None:
-    """Worker entry point: run tasks (compare, staleness, fault, check); rank 0 hands back all."""
-    tasks = {"compare": task_compare, "staleness": task_staleness, "fault": task_fault,
-             "check": task_check}
+    """Worker entry point: run tasks (compare, staleness, fault); rank 0 hands back all."""
+    tasks = {"compare": task_compare, "staleness": task_staleness, "fault": task_fault}
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", choices=sorted(tasks), nargs="+", default=["compare"],
                         help="one or more tasks, run in this order")
@@ -375,16 +331,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error("--staleness takes whole numbers >= 0 (0: always the newest weights)")
 
     def work() -> dict:
-        rank, _, device = init_worker(args.timeout)
-        results = {}
-        for task in args.task:
-            done = args.workdir and pathlib.Path(args.workdir, f"{task}.json")
-            # A restarted job does not redo a task that it finished before the crash.
-            results[task] = (json.loads(done.read_text(encoding="utf-8")) if done and done.exists()
-                             else tasks[task](args, device))
-            if done and rank == 0 and task != "fault":
-                _atomic_write(done, lambda f: f.write(json.dumps(results[task]).encode()))
-        return results
+        device = init_worker(args.timeout)[2]
+        return {task: tasks[task](args, device) for task in args.task}
 
     run_worker(work)
 

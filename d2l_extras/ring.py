@@ -35,15 +35,8 @@ def _check_op(op: str) -> str:
 class RingStats:
     """What a simulated ring allreduce did: bytes per link (src, dst) and the steps it took."""
 
-    n: int
-    size_bytes: int
-    link_bytes: dict[tuple[int, int], int] = field(default_factory=dict)
+    link_bytes: dict[tuple[int, int], int]
     steps: list[tuple[str, list[tuple[int, int, int]]]] = field(default_factory=list)
-
-    @property
-    def expected_link_bytes(self) -> float:
-        """What theory says each link carries: 2 (n-1)/n of the data."""
-        return 2 * (self.n - 1) / self.n * self.size_bytes
 
     def schedule(self) -> str:
         """The steps as text: in each, node src sends chunk c to node dst."""
@@ -67,8 +60,7 @@ def ring_allreduce(tensors: Sequence[torch.Tensor], op: str = "sum"
     flat = [t.detach().reshape(-1).clone() for t in tensors]  # never modify the inputs
     # tensor_split also works when n does not divide the size: chunks differ by one element.
     chunks = [torch.tensor_split(f, n) for f in flat]
-    stats = RingStats(n, flat[0].numel() * flat[0].element_size(),
-                      {(i, (i + 1) % n): 0 for i in range(n)} if n > 1 else {})
+    stats = RingStats({(i, (i + 1) % n): 0 for i in range(n)} if n > 1 else {})
     # Step s: node i sends chunk i-s to node i+1, which combines it with its own for n-1 steps
     # (reduce-scatter: node i then has chunk i+1 complete), then keeps it (all-gather).
     for s in range(2 * (n - 1)):
@@ -123,12 +115,10 @@ def process_counts(gpus: int) -> list[int]:
 def message_sizes_mb(nproc: int, gpus: int, count: int = 4, budget: int | None = None
                      ) -> list[float]:
     """MB sizes 4x apart (largest last) for nproc ring processes; budget: one GPU's free bytes."""
-    nproc = whole_number(nproc, "nproc")
-    count = whole_number(count, "count")
     process_counts(gpus)  # validates gpus
-    gpu = worker_device(nproc, n_gpus=gpus).type == "cuda"
+    gpu = worker_device(whole_number(nproc, "nproc"), n_gpus=gpus).type == "cuda"
     largest = problem_size("ring_message", "cuda" if gpu else "cpu", budget=budget if gpu else None)
-    return [largest * 4 / 2**20 / 4**k for k in reversed(range(count))]
+    return [largest * 4 / 2**20 / 4**k for k in reversed(range(whole_number(count, "count")))]
 
 
 def check_input(rank: int, numel: int = 1001) -> torch.Tensor:
@@ -146,10 +136,9 @@ def bus_bandwidth(size_bytes: float, seconds: float, n: int) -> tuple[float, flo
 
 def benchmark(sizes_mb: Sequence[float], repeats: int = 5, timeout_s: float = 60.0) -> dict:
     """In a torchrun worker: check ring == all_reduce, then time both per size, interleaved."""
-    # Per size "*_s" (median), "*_runs", "*_first_s"; "check": check_input summed over ranks.
     rank, n, device = init_worker(timeout_s)  # joins the group unless it is joined already
     check = ring_allreduce_dist(check_input(rank).to(device), timeout_s)
-    out = {"sizes_bytes": []}
+    out = {"sizes_bytes": [], "ring_runs": [], "allreduce_runs": []}
     gen = torch.Generator().manual_seed(rank)
     for mb in sizes_mb:
         x = torch.randn(int(mb * 2**20) // 4, generator=gen).to(device)
@@ -168,8 +157,7 @@ def benchmark(sizes_mb: Sequence[float], repeats: int = 5, timeout_s: float = 60
             devices=[device], runs=repeats, before=reset)
         out["sizes_bytes"].append(x.numel() * 4)
         for key, m in timed.items():
-            for suffix, value in (("_s", m.median), ("_runs", m.warm), ("_first_s", m.cold)):
-                out.setdefault(key + suffix, []).append(value)
+            out[f"{key}_runs"].append(m.warm)
     return {"world": n, "backend": dist.get_backend(), "check": check.cpu().tolist(), **out}
 
 

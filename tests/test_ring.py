@@ -33,7 +33,7 @@ def test_each_link_carries_2_n_minus_1_over_n_of_the_data(n):
     out, stats = ring_allreduce([torch.ones(8 * 9) for _ in range(n)])  # 72: divisible by n
     assert set(stats.link_bytes) == {(i, (i + 1) % n) for i in range(n)}
     for carried in stats.link_bytes.values():
-        assert carried == stats.expected_link_bytes == 2 * (n - 1) / n * 72 * 4
+        assert carried == 2 * (n - 1) / n * 72 * 4
 
 
 def test_uneven_chunks_stay_within_one_element_per_chunk():
@@ -41,7 +41,7 @@ def test_uneven_chunks_stay_within_one_element_per_chunk():
     _, stats = ring_allreduce([torch.ones(numel) for _ in range(n)])
     assert sum(stats.link_bytes.values()) == 2 * (n - 1) * numel * 4
     for carried in stats.link_bytes.values():
-        assert abs(carried - stats.expected_link_bytes) <= 2 * (n - 1) * 4
+        assert abs(carried - 2 * (n - 1) / n * numel * 4) <= 2 * (n - 1) * 4
 
 
 def test_shapes_dtypes_and_devices_are_kept():
@@ -203,5 +203,5 @@ def test_dist_ring_equals_the_one_process_sum(n):
     expected = reduce_reference([check_input(r) for r in range(n)])
     torch.testing.assert_close(torch.tensor(result["check"]), expected)
     assert result["sizes_bytes"] == [262 * 4, 2621 * 4]
-    assert all(t > 0 for t in result["ring_s"] + result["allreduce_s"])
     assert [len(r) for r in result["ring_runs"] + result["allreduce_runs"]] == [1] * 4
+    assert all(t > 0 for r in result["ring_runs"] + result["allreduce_runs"] for t in r)
