@@ -12,15 +12,13 @@ import argparse
 import contextlib
 import inspect
 import os
-from functools import partial
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from .bands import Band
-from .checks import option, positive_number, whole_number
-from .ddp import time_comm
+from .checks import option, positive_number
+from .ddp import COUNT, WHOLE, parser, time_comm
 from .distributed import init_worker, run_worker
 from .memory import peak_memory
 from .parallel import per_process_batch
@@ -37,21 +35,17 @@ _NO_BUFFER_SYNC = ({"forward_sync_buffers": False} if "forward_sync_buffers"
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The worker's options: model and batch sizes, steps, and what to time."""
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    whole, count = option(whole_number, int), option(partial(whole_number, minimum=0), int)
-    for name, kind, default, text in (
-            ("steps", whole, 20, "training steps (all timed)"),
-            ("batch-size", whole, 32, "global batch (sequences), split over the processes"),
-            ("seq-len", whole, 64, None), ("d-model", whole, 64, None),
-            ("heads", whole, 4, None), ("layers", whole, 2, None),
-            ("lr", option(positive_number), 3e-3, None), ("seed", int, 0, None),
-            ("comm-steps", count, 5, "passes timed with and without "
-             "allreduce, and allreduces of the gradients alone (busbw) (0: none)"),
-            ("share", whole, 1, "also time steps on 1/share of the batch (t_compute(B/k))"),
-            ("threads", int, 0, "torch threads per process (0: keep)"),
-            ("timeout", option(positive_number), 120, "seconds any collective may wait")):
-        p.add_argument(f"--{name}", type=kind, default=default, help=text)
+    p = parser("d2l_extras.capstone", __doc__, (
+        ("steps", WHOLE, 20, "training steps (all timed)"),
+        ("batch-size", WHOLE, 32, "global batch (sequences), split over the processes"),
+        ("seq-len", WHOLE, 64, None), ("d-model", WHOLE, 64, None),
+        ("heads", WHOLE, 4, None), ("layers", WHOLE, 2, None),
+        ("lr", option(positive_number), 3e-3, None), ("seed", int, 0, None),
+        ("comm-steps", COUNT, 5, "passes timed with and without "
+         "allreduce, and allreduces of the gradients alone (busbw) (0: none)"),
+        ("share", WHOLE, 1, "also time steps on 1/share of the batch (t_compute(B/k))"),
+        ("threads", int, 0, "torch threads per process (0: keep)"),
+        ("timeout", option(positive_number), 120, "seconds any collective may wait")))
     args = p.parse_args(argv)
     if args.d_model % args.heads:
         p.error(f"--d-model {args.d_model} must be a multiple of --heads {args.heads}")
@@ -100,22 +94,16 @@ def train(args: argparse.Namespace) -> dict:
         times.append(clock.elapsed)
         dist.all_reduce(loss)  # equal slices: the global loss is the mean of the slices'
         losses.append(loss.item() / world)
-    warm = times[1:] or times  # the first step allocates and warms up
-    step_s = Band.of(warm).value
     result = {"processes": world, "pids": len(set(pids)), "backend": dist.get_backend(),
-              "device": device.type, "threads": torch.get_num_threads(),
-              "batch_size": args.batch_size, "seq_len": args.seq_len, "losses": losses,
-              "step_s": step_s, "step_runs": warm,
-              "tokens_per_s": args.batch_size * args.seq_len / step_s,
-              "grad_bytes": grad_bytes, "parameters": sum(p.numel() for p in net.parameters())}
+              "device": device.type, "batch_size": args.batch_size, "seq_len": args.seq_len,
+              "losses": losses, "step_runs": times[1:] or times,  # the first step warms up
+              "grad_bytes": grad_bytes}
     X, Y = batch(args.steps)
     if args.comm_steps:  # on one more batch, after training
         comm = time_comm(model, X, Y, args.comm_steps, loss=lm_loss)
-        result.update(synced_s=comm["sync_s"][0], no_sync_s=comm["no_sync_s"][0],
-                      synced_runs=comm["sync_runs"][0], no_sync_runs=comm["no_sync_runs"][0],
-                      comm_s=comm["sync_s"][0] - comm["no_sync_s"][0])
+        result.update(synced_runs=comm["sync_runs"][0], no_sync_runs=comm["no_sync_runs"][0])
         if world > 1:  # the ring's bus bandwidth at the gradients' size
-            result.update(allreduce_s=comm["allreduce_s"], allreduce_runs=comm["allreduce_runs"],
+            result.update(allreduce_s=comm["allreduce_s"],
                           busbw=bus_bandwidth(grad_bytes, comm["allreduce_s"], world)[1])
     # Every process takes this step (its allreduce needs them all); each measures its own peak
     # above what it held before (the model and Adam's state).
@@ -123,9 +111,9 @@ def train(args: argparse.Namespace) -> dict:
     if args.share > 1:  # a whole step on B/share, nothing sent: t_compute(B/k) for k=share
         Xs, Ys = batch(args.steps + 1, slice(0, max(1, args.batch_size // args.share)))
         # The first call (new shapes) is timed apart; a fixed number of runs after it.
-        m = measure_interleaved({"share": lambda: train_step(Xs, Ys, sync=False)},
-                                devices=[device], runs=max(4, args.comm_steps))["share"]
-        result.update(share=args.share, share_s=m.median, share_runs=m.warm)
+        result["share_runs"] = measure_interleaved(
+            {"share": lambda: train_step(Xs, Ys, sync=False)}, devices=[device],
+            runs=max(4, args.comm_steps))["share"].warm
     return result
 
 

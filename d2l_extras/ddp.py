@@ -13,13 +13,15 @@ import argparse
 import contextlib
 import copy
 import os
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from functools import partial
+from types import SimpleNamespace
 from typing import Callable, Sequence
 
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.nn.functional import all_reduce
 from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, Subset
@@ -38,17 +40,6 @@ from .sizes import problem_size
 from .timing import Benchmark, measure_interleaved
 
 
-class _AllReduceSum(torch.autograd.Function):
-    # A sum over the processes that autograd knows: the gradient of each input is a sum too.
-    @staticmethod
-    def forward(ctx, tensor: torch.Tensor) -> torch.Tensor:
-        tensor = tensor.clone()
-        dist.all_reduce(tensor)
-        return tensor
-
-    backward = forward
-
-
 class GlooSyncBatchNorm2d(nn.BatchNorm2d):
     """BatchNorm2d whose batch statistics are summed over all processes; works with gloo."""
 
@@ -57,7 +48,8 @@ class GlooSyncBatchNorm2d(nn.BatchNorm2d):
             return super().forward(X)
         C, shape = X.shape[1], (1, X.shape[1], 1, 1)
         count = torch.full((1,), X.numel() // C, dtype=X.dtype, device=X.device)
-        stats = _AllReduceSum.apply(torch.cat([X.sum((0, 2, 3)), (X * X).sum((0, 2, 3)), count]))
+        # A sum that autograd knows: the gradient of each input is a sum over the processes too.
+        stats = all_reduce(torch.cat([X.sum((0, 2, 3)), (X * X).sum((0, 2, 3)), count]))
         n = stats[-1]
         mean = stats[:C] / n
         var = stats[C:2 * C] / n - mean * mean  # the biased variance normalizes, as in BatchNorm
@@ -85,70 +77,54 @@ def sync_batchnorm(net: nn.Module, device: torch.device) -> nn.Module:
     return net
 
 
+# The argparse types of whole-number options: >= 1, and >= 0 (a count, 0: none).
+WHOLE, COUNT = option(whole_number, int), option(partial(whole_number, minimum=0), int)
+
+
+def parser(module: str, doc: str, options: Sequence[tuple]) -> argparse.ArgumentParser:
+    """A parser of `python -m module`: one --NAME per (name, type, default, help); bool: a flag."""
+    p = argparse.ArgumentParser(prog=f"python -m {module}", description=doc,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    for name, kind, default, text in options:
+        if kind is bool:
+            p.add_argument(f"--{name}", action="store_true", help=text)
+        else:
+            p.add_argument(f"--{name}", type=kind, default=default, help=text)
+    return p
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Parse the command line; unset sizes come from the D2L_PROFILE profile."""
     n_train, n_test = default_sizes()
-    whole, count = option(whole_number, int), option(partial(whole_number, minimum=0), int)
-    p = argparse.ArgumentParser(prog="python -m d2l_extras.ddp", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    for name, kind, default, text in (
-            ("epochs", whole, by_profile(3, 5, 10), None),
-            ("batch-size", whole, by_profile(64, 128, 256), "global, split over the processes"),
-            ("lr", float, 0.02, None),
-            ("momentum", float, 0.9, "SGD momentum (0: the book's SGD, many more epochs)"),
-            ("width", whole, by_profile(16, 32, 64), "channels of ResNet-18's first stage"),
-            ("n-train", whole, n_train, None),
-            ("n-test", whole, n_test, None),
-            ("bucket-mb", option(positive_number), 25.0, "DDP's gradient buckets in MB (default: torch's)"),
-            ("threads", int, 0, "CPU threads per process (0: torch's default)"),
-            ("seed", int, 0, None),
-            ("max-steps", int, 0, "stop after this many steps (0: none)"),
-            ("time-comm", count, 0, "after training, time N passes with "
-             "and N without (no_sync) gradient sync, and N allreduces alone: result['comm']"),
-            ("timeout", float, 300, "seconds any process waits for the others"),
-            ("crash-rank", int, -1, "for tests: this rank raises an error after its first step")):
-        p.add_argument(f"--{name}", type=kind, default=default, help=text)
-    p.add_argument("--time-batches", type=whole, nargs="+", default=[], metavar="B",
+    p = parser("d2l_extras.ddp", __doc__, (
+        ("epochs", WHOLE, by_profile(3, 5, 10), None),
+        ("batch-size", WHOLE, by_profile(64, 128, 256), "global, split over the processes"),
+        ("lr", float, 0.02, None),
+        ("momentum", float, 0.9, "SGD momentum (0: the book's SGD, many more epochs)"),
+        ("width", WHOLE, by_profile(16, 32, 64), "channels of ResNet-18's first stage"),
+        ("n-train", WHOLE, n_train, None),
+        ("n-test", WHOLE, n_test, None),
+        ("bucket-mb", option(positive_number), 25.0,
+         "DDP's gradient buckets in MB (default: torch's)"),
+        ("threads", int, 0, "CPU threads per process (0: torch's default)"),
+        ("seed", int, 0, None),
+        ("max-steps", int, 0, "stop after this many steps (0: none)"),
+        ("time-comm", COUNT, 0, "after training, time N passes with "
+         "and N without (no_sync) gradient sync, and N allreduces alone: result['comm']"),
+        ("timeout", float, 300, "seconds any process waits for the others"),
+        ("crash-rank", int, -1, "for tests: this rank raises an error after its first step"),
+        ("sync-bn", bool, False, "BatchNorm statistics over the global batch"),
+        ("sync-every-step", bool, False, "loss.item() after each step: the host waits for it"),
+        ("profile", bool, False, "rank 0 profiles a step after training: result['timeline']"),
+        ("check-no-sync", bool, False, "check no_sync() accumulation against one big batch")))
+    p.add_argument("--time-batches", type=WHOLE, nargs="+", default=[], metavar="B",
                    help="with --time-comm: batch sizes per process (default: this one's share)")
     p.add_argument("--data", choices=SOURCES, default="auto",
                    help="auto: Fashion-MNIST when cached or downloadable, else the digits")
-    for name, text in (("sync-bn", "BatchNorm statistics over the global batch"),
-                       ("sync-every-step", "loss.item() after each step: the host waits for it"),
-                       ("profile", "rank 0 profiles a step after training: result['timeline']"),
-                       ("check-no-sync", "check no_sync() accumulation against one big batch")):
-        p.add_argument(f"--{name}", action="store_true", help=text)
     args = p.parse_args(argv)
     if args.time_batches and not args.time_comm:
         p.error("--time-batches needs --time-comm N (how many steps to time)")
     return args
-
-
-@dataclass
-class RunPlan:
-    """How notebook 07 compares 1 process with k: the processes, batch, where they run, sizes."""
-
-    k: int                      # processes of the parallel run
-    batch_size: int             # global batch, a multiple of k
-    device: str                 # "cuda": one NCCL process per GPU; "cpu": gloo, 1 thread each
-    args: list[str] = field(default_factory=list)     # extra ddp arguments of both runs
-    env: dict[str, str] = field(default_factory=dict)  # environment of both runs
-    gpu_args: list[str] = field(default_factory=list)  # exactly one GPU: one process timed on it
-
-    @property
-    def per_process(self) -> int:
-        """Examples per process and step in the k-process run."""
-        return self.batch_size // self.k
-
-    @property
-    def gpu_alone(self) -> bool:
-        """True with exactly one GPU: one process is also timed on it (with gpu_args)."""
-        return bool(self.gpu_args)
-
-    @property
-    def width(self) -> int:
-        """ResNet-18's width in the 1- and k-process runs (sized for `device`)."""
-        return int(self.args[self.args.index("--width") + 1])
 
 
 def run_sizes(device: str, budget: int | None = None) -> list[str]:
@@ -157,20 +133,25 @@ def run_sizes(device: str, budget: int | None = None) -> list[str]:
             "--n-train", str(problem_size("ddp_images", device, budget=budget))]
 
 
-def run_plan(n_gpus: int, batch_size: int, budget: int | None = None) -> RunPlan:
+def run_plan(n_gpus: int, batch_size: int, budget: int | None = None) -> SimpleNamespace:
     """Plan 1 vs k processes: n_gpus (>= 2) with ddp_batch each, else 2 CPU ones on batch_size."""
-    # Runs are sized for the device their processes use; `budget` (bytes) is its free memory.
+    # k processes share a global batch_size of k x per_process on device ("cuda": one NCCL
+    # process per GPU; "cpu": gloo, 1 thread each), with args and env for the 1- and k-process
+    # runs, sized for that device; `budget` (bytes) is its free memory.
     n_gpus = whole_number(n_gpus, "n_gpus", minimum=0)
-    k = max(n_gpus, 2)
     per_gpu = problem_size("ddp_batch", "cuda", budget=budget) if n_gpus else 0
-    if worker_device(k, n_gpus=n_gpus).type == "cuda":  # a GPU of its own for every process
-        return RunPlan(k, k * per_gpu, "cuda", run_sizes("cuda", budget))
-    # Else 2 CPU processes with one thread each (a core stands in for a device), even beside
-    # one GPU, whose single process is then timed apart, at a GPU's sizes.
-    alone = worker_device(1, n_gpus=n_gpus).type == "cuda"
-    return RunPlan(2, even_batch_size(batch_size, 2), "cpu",
-                   ["--threads", "1", *run_sizes("cpu", budget)], {"D2L_BACKEND": "gloo"},
-                   [*run_sizes("cuda", budget), "--batch-size", str(per_gpu)] if alone else [])
+    if worker_device(max(n_gpus, 2), n_gpus=n_gpus).type == "cuda":  # a GPU for every process
+        k, batch, device, args, env, gpu_args = n_gpus, n_gpus * per_gpu, "cuda", [], {}, []
+    else:  # 2 CPU processes with one thread each (a core stands in for a device), even beside
+        # one GPU (gpu_alone), whose single process is then timed apart with gpu_args.
+        k, batch, device, args = 2, even_batch_size(batch_size, 2), "cpu", ["--threads", "1"]
+        env = {"D2L_BACKEND": "gloo"}
+        alone = worker_device(1, n_gpus=n_gpus).type == "cuda"
+        gpu_args = [*run_sizes("cuda", budget), "--batch-size", str(per_gpu)] if alone else []
+    args += run_sizes(device, budget)
+    return SimpleNamespace(k=k, batch_size=batch, per_process=batch // k, device=device,
+                           args=args, env=env, gpu_args=gpu_args, gpu_alone=bool(gpu_args),
+                           width=int(args[args.index("--width") + 1]))
 
 
 def shard_loaders(train_set: Dataset, test_set: Dataset, batch_size: int, world: int, rank: int,
@@ -267,25 +248,22 @@ def step_timeline(step: Callable[[], object], device: torch.device) -> list[dict
     backward_end = max((ev.end for ev in events if ev.kind == "cpu op"
                         and _phase(ev.name) == "backward"), default=float("inf"))
 
-    def cpu_kind(ev: TimelineEvent) -> str:
+    def kind(ev: TimelineEvent) -> str:
         if ev.lane in comm:
             return collective(ev.name)
-        # What runs after the last backward op is the optimizer's update, whatever its op names.
-        # A collective called here only starts one (on gloo's threads, or as a GPU kernel).
-        phase = _phase(ev.name)
-        return "optimizer" if phase == "forward" and ev.start >= backward_end else phase
-
-    def kind(ev: TimelineEvent) -> str:
         if ev.kind == "cpu op":
-            return cpu_kind(ev)
+            # What runs after the last backward op is the optimizer's update, whatever its op
+            # names. A collective called here only starts one (on gloo's threads, or on a GPU).
+            phase = _phase(ev.name)
+            return "optimizer" if phase == "forward" and ev.start >= backward_end else phase
         # On a GPU a collective is a kernel of its own (NCCL's), beside the compute kernels,
         # which run later than their launch: each is the part of the step that launched it.
         stack = stacks.get(ev, [])  # the CPU ops around its launch, outermost first
-        found = collective(ev.name)
-        if found == "communication":  # a generic NCCL kernel: the op that launched it says
-            named = [collective(op.name) for op in reversed(stack)]
-            found = next((c for c in named if c not in (None, "communication")), found)
-        return found or (cpu_kind(stack[0]) if stack else ev.kind)
+        if collective(ev.name) is None:
+            return kind(stack[0]) if stack else ev.kind
+        # A generic NCCL kernel is "communication": the op that launched it names the collective.
+        names = map(collective, [ev.name, *(op.name for op in reversed(stack))])
+        return next((c for c in names if c not in (None, "communication")), "communication")
 
     kinds = [kind(ev) for ev in events]
     done = {(ev.lane, k) for ev, k in zip(events, kinds)}
@@ -322,16 +300,15 @@ def time_comm(model: DistributedDataParallel, X: torch.Tensor, y: torch.Tensor,
 
     grads = [p for p in model.parameters() if p.requires_grad]
     flat = torch.zeros(sum(p.numel() for p in grads), device=device)
-    out = {"steps": steps, "batches": batches,
-           "grad_bytes": sum(p.numel() * p.element_size() for p in grads)}
     per_batch = [timed({"sync": lambda: step(b), "no_sync": lambda: step(b, sync=False)})
                  for b in batches]
+    ar = timed({"allreduce": lambda: dist.all_reduce(flat)})["allreduce"]
+    model.zero_grad(set_to_none=True)
+    out = {"steps": steps, "batches": batches, "allreduce_s": ar.median, "allreduce_runs": ar.warm,
+           "grad_bytes": sum(p.numel() * p.element_size() for p in grads)}
     for key in ("sync", "no_sync"):
         out[f"{key}_s"] = [t[key].median for t in per_batch]
         out[f"{key}_runs"] = [t[key].warm for t in per_batch]
-    ar = timed({"allreduce": lambda: dist.all_reduce(flat)})["allreduce"]
-    out["allreduce_s"], out["allreduce_runs"] = ar.median, ar.warm
-    model.zero_grad(set_to_none=True)
     return out
 
 
@@ -375,9 +352,7 @@ def train(args: argparse.Namespace) -> dict:
               f"ResNet-18 width {args.width}, batch {args.batch_size} = {world} x "
               f"{args.batch_size // world}, {len(data.train)} {data.name} images"
               + (", sync BN" if args.sync_bn else ""), flush=True)
-    history = {key: [] for key in ("epoch_seconds", "epoch_samples_per_s", "epoch_samples",
-                                   "train_loss", "test_acc")}
-    steps = 0
+    rates, test_acc, seen_total, steps = [], [], 0, 0
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)
         loss_sum = torch.zeros((), dtype=torch.float64, device=device)
@@ -406,16 +381,17 @@ def train(args: argparse.Namespace) -> dict:
                                                           dtype=torch.float64, device=device)])
         dist.all_reduce(stats)
         loss_total, n, correct, tested = stats.tolist()
-        rate, train_loss, acc = n / clock.elapsed, loss_total / n, correct / tested
-        for key, value in zip(history, (clock.elapsed, rate, int(n), train_loss, acc)):
-            history[key].append(value)
+        rates.append(n / clock.elapsed)
+        test_acc.append(correct / tested)
+        seen_total += int(n)
         if rank == 0:
-            print(f"epoch {epoch + 1}/{args.epochs}: loss {train_loss:.3f}, test acc {acc:.3f}, "
-                  f"{rate:.0f} samples/s ({clock.elapsed:.1f} s)", flush=True)
+            print(f"epoch {epoch + 1}/{args.epochs}: loss {loss_total / n:.3f}, test acc "
+                  f"{test_acc[-1]:.3f}, {rates[-1]:.0f} samples/s ({clock.elapsed:.1f} s)",
+                  flush=True)
         if args.max_steps and steps >= args.max_steps:
             break
     # The first epoch includes warm-up (allocations, cuDNN autotuning): leave it out when we can.
-    warm = history["epoch_samples_per_s"][1:] or history["epoch_samples_per_s"]
+    warm = rates[1:] or rates
     with torch.no_grad():
         param_l2 = sum(p.double().pow(2).sum() for p in model.module.parameters()).sqrt().item()
     timeline = comm = None
@@ -432,15 +408,12 @@ def train(args: argparse.Namespace) -> dict:
         size = max(args.time_batches or [args.batch_size // world])
         X, y = next(iter(DataLoader(data.train, size, sampler=sampler)))
         comm = time_comm(model, X.to(device), y.to(device), args.time_comm, args.time_batches)
-    given = ("bucket_mb", "batch_size", "lr", "momentum", "width", "sync_bn")
     return {"processes": world, "pids": len(set(pids)), "no_sync": no_sync, "timeline": timeline,
-            "comm": comm, "samples_seen": sum(history["epoch_samples"]), "steps": steps,
-            "backend": dist.get_backend(), "device": device.type, "threads": threads,
-            "data": data.name, "n_train": len(data.train), "param_l2": param_l2,
-            "samples_per_s": Band.of(warm).value, "samples_per_s_runs": warm,
-            "accuracy": history["test_acc"][-1], "train_seconds": sum(history["epoch_seconds"]),
-            **{key: getattr(args, key) for key in given}, **history}
-
+            "comm": comm, "samples_seen": seen_total, "steps": steps,
+            "backend": dist.get_backend(), "device": device.type, "n_train": len(data.train),
+            "param_l2": param_l2, "samples_per_s": Band.of(warm).value, "samples_per_s_runs": warm,
+            "accuracy": test_acc[-1], "test_acc": test_acc, "width": args.width,
+            "batch_size": args.batch_size, "bucket_mb": args.bucket_mb}
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: parse arguments, train, and let rank 0 save the result."""

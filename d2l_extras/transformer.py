@@ -18,22 +18,15 @@ from .sizes import device_kind
 class CharText:
     """A text as character ids: vocabulary, encode/decode, a 90/10 split and random batches."""
 
-    def __init__(self, text: str, val_fraction: float = 0.1) -> None:
-        if not isinstance(text, str):
-            raise TypeError(f"CharText needs a str, got {type(text).__name__}")
-        if not 0 < val_fraction < 1:
-            raise ValueError(f"val_fraction is in (0, 1), got {val_fraction!r}")
-        n_train = len(text) - int(len(text) * val_fraction)
-        if min(n_train, len(text) - n_train) < 2:
+    def __init__(self, text: str) -> None:
+        n_val = len(text) // 10
+        if n_val < 2:
             raise ValueError(f"a text of {len(text)} characters is too short to split into "
                              f"training and validation parts of at least 2 characters each")
         self.text, self.vocab = text, sorted(set(text))
         self._index = {ch: i for i, ch in enumerate(self.vocab)}
         # In order: the validation part is the end of the text, never seen in training.
-        self.train, self.val = self.encode(text).split([n_train, len(text) - n_train])
-
-    def __len__(self) -> int:
-        return len(self.text)
+        self.train, self.val = self.encode(text).split([len(text) - n_val, n_val])
 
     def __repr__(self) -> str:
         return (f"CharText({len(self.text)} characters, {len(self.vocab)} distinct, "
@@ -41,39 +34,32 @@ class CharText:
 
     def encode(self, s: str) -> torch.Tensor:
         """The ids of the characters of s (a LongTensor); unknown characters are a ValueError."""
-        if not isinstance(s, str):
-            raise TypeError(f"encode() needs a str, got {type(s).__name__}")
         if unknown := sorted(set(s) - self._index.keys()):
             raise ValueError(f"characters not in the vocabulary: {''.join(unknown)!r}")
         return torch.tensor([self._index[ch] for ch in s], dtype=torch.long)
 
     def decode(self, ids: torch.Tensor | list[int]) -> str:
         """The string of a sequence of ids (a 1-d tensor or a list of ints)."""
-        ids = torch.as_tensor(ids)
-        if ids.dim() != 1 or ids.is_floating_point():
-            raise ValueError(f"decode() needs a 1-d sequence of integer ids, got shape "
-                             f"{tuple(ids.shape)} of {ids.dtype}")
-        if bad := [i for i in ids.tolist() if not 0 <= i < len(self.vocab)]:
-            raise ValueError(f"ids outside the vocabulary (0..{len(self.vocab) - 1}): {bad[:5]}")
-        return "".join(self.vocab[i] for i in ids.tolist())
+        ids = torch.as_tensor(ids).tolist()  # a 1-d sequence of ints gives a list of ints
+        if not (isinstance(ids, list) and all(type(i) is int for i in ids)
+                and all(0 <= i < len(self.vocab) for i in ids)):
+            raise ValueError("decode() needs a 1-d sequence of integer ids in the vocabulary "
+                             f"(0..{len(self.vocab) - 1}), got {str(ids)[:60]}")
+        return "".join(self.vocab[i] for i in ids)
 
-    def batch(self, batch_size: int, seq_len: int, generator: torch.Generator,
-              split: str = "train") -> tuple[torch.Tensor, torch.Tensor]:
-        """Random windows (X, Y) of shape (batch_size, seq_len); Y is X shifted by one."""
-        if split not in ("train", "val"):
-            raise ValueError(f"unknown split {split!r}; use one of train, val")
-        batch_size = whole_number(batch_size, "batch_size")
-        seq_len = whole_number(seq_len, "seq_len")
+    def batch(self, batch_size: int, seq_len: int, generator: torch.Generator
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Random training windows (X, Y) of shape (batch_size, seq_len); Y is X shifted by one."""
+        batch_size, seq_len = whole_number(batch_size, "batch_size"), whole_number(seq_len, "seq_len")
         if not isinstance(generator, torch.Generator):
             raise TypeError("batch() needs a torch.Generator (torch.Generator().manual_seed(0)), "
                             f"got {type(generator).__name__}")
-        data = getattr(self, split)
-        if seq_len >= len(data):
-            raise ValueError(f"seq_len {seq_len} needs more than the {len(data)} characters of "
-                             f"the {split} split; use seq_len < {len(data)}")
-        starts = torch.randint(0, len(data) - seq_len, (batch_size,), generator=generator,
+        if seq_len >= len(self.train):
+            raise ValueError(f"seq_len {seq_len} needs more than the {len(self.train)} characters "
+                             f"of the training text; use seq_len < {len(self.train)}")
+        starts = torch.randint(0, len(self.train) - seq_len, (batch_size,), generator=generator,
                                device=generator.device)
-        windows = data[starts.cpu()[:, None] + torch.arange(seq_len + 1)]
+        windows = self.train[starts.cpu()[:, None] + torch.arange(seq_len + 1)]
         return windows[:, :-1].contiguous(), windows[:, 1:].contiguous()
 
 

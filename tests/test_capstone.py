@@ -59,7 +59,7 @@ def test_one_process_without_torchrun(monkeypatch, capsys):
                                                       "forward_sync_buffers")}
                 for kw in wrapped]
     assert switches == [capstone._NO_BUFFER_SYNC] and False in switches[0].values()
-    assert res["share"] == 2 and res["share_s"] > 0 and res["step_s"] > 0
+    assert len(res["share_runs"]) >= 4 and min(res["share_runs"] + res["step_runs"]) > 0
 
 
 def test_two_processes_take_the_steps_of_one_and_time_their_allreduce():
@@ -72,15 +72,16 @@ def test_two_processes_take_the_steps_of_one_and_time_their_allreduce():
     torch.testing.assert_close(torch.tensor(two["losses"]), torch.tensor(one["losses"]),
                                rtol=1e-4, atol=1e-4)
     assert one["losses"][-1] < one["losses"][0], "it learns"
-    assert two["grad_bytes"] == one["grad_bytes"] == 4 * one["parameters"]
-    for key in ("synced_s", "no_sync_s", "step_s", "tokens_per_s"):
-        assert two[key] > 0, key
-    assert two["comm_s"] == pytest.approx(two["synced_s"] - two["no_sync_s"])
+    model = dx.TinyGPT(len(dx.load_text().vocab), 16, 16, 2, 1)  # TINY's shape
+    params = sum(p.numel() for p in model.parameters())
+    assert two["grad_bytes"] == one["grad_bytes"] == 4 * params
     # every timed step kept, for bands: the training steps after the first, the timed pairs
     assert len(two["step_runs"]) == len(two["losses"]) - 1
     assert len(two["synced_runs"]) == len(two["no_sync_runs"]) > 0
-    assert len(one["share_runs"]) >= 4
-    assert one["share_s"] > 0 and "share_s" not in two
+    for key in ("synced_runs", "no_sync_runs", "step_runs"):
+        assert min(two[key]) > 0, key
+    assert len(one["share_runs"]) >= 4 and min(one["share_runs"]) > 0
+    assert "share_runs" not in two
     # A step allocates activations and gradients above the state held before it.
     assert min(one["peak_bytes"], two["peak_bytes"]) > one["grad_bytes"]
     # beta, from an allreduce of the gradients' size: busbw = 2 (k-1)/k N / t, with k = 2
