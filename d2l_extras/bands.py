@@ -7,7 +7,7 @@ import operator
 import statistics
 from dataclasses import dataclass
 from functools import partialmethod
-from typing import Callable, Iterable
+from typing import Callable, Iterable, NamedTuple
 
 from .checks import non_negative_number, positive_number
 
@@ -53,11 +53,9 @@ class Band:
         """A number known exactly (a count, a published figure): a band of zero width."""
         return cls(value, value, value)
 
-    @property
-    def spread(self) -> float:
-        """Half the band's width relative to the value (0.03: about +-3%)."""
-        return (self.high - self.low) / 2 / abs(self.value) if self.value else math.inf
-
+    spread = property(lambda self: (self.high - self.low) / 2 / abs(self.value)
+                      if self.value else math.inf,
+                      doc="Half the band's width relative to the value (0.03: about +-3%).")
     pm = property(lambda self: f"±{self.spread:.0%}" if self.spread >= 0.005 else "±<1%",
                   doc="The spread as text: '±3%', or '±<1%' below half a percent.")
 
@@ -101,13 +99,12 @@ def _band(x: "Band | float") -> Band:
     return band if isinstance(band, Band) else Band.exact(_finite(x, "a band or a number"))
 
 
-@dataclass(frozen=True)
-class Comparison:
-    """How many times as fast one measurement is as another, and the verdict with its band."""
+class Comparison(NamedTuple):
+    """How many times as fast `new` is as `old`, that band widened by the noise floor, a verdict."""
 
-    speedup: Band   # old / new: above 1, `new` is faster
-    band: Band      # the speed-up's band widened by the noise floor: where "within noise" lies
-    verdict: str    # "faster", "slower" or "within noise" (the band holds 1)
+    speedup: Band
+    band: Band
+    verdict: str    # "faster", "slower" or "within noise" (the widened band holds 1)
 
     def __str__(self) -> str:
         b = self.band
@@ -120,22 +117,19 @@ def compare(new: "Band | float", old: "Band | float", floor: float = NOISE_FLOOR
     new, old = _band(new), _band(old)
     if new.low <= 0 or old.low <= 0:
         raise ValueError(f"compare() needs times > 0, got {new} and {old}")
-    speedup = old / new
-    band = speedup.widen(floor)
+    band = (old / new).widen(floor)
     verdict = "faster" if band.low > 1 else "slower" if band.high < 1 else "within noise"
-    return Comparison(speedup, band, verdict)
+    return Comparison(old / new, band, verdict)
 
 
-@dataclass(frozen=True)
-class Prediction:
-    """A prediction against a measured band, widened by the model's stated tolerance."""
+class Prediction(NamedTuple):
+    """A prediction, the measured band, whether it holds, measured / predicted, and in words."""
 
     predicted: float
     measured: Band
-    tolerance: float
-    ok: bool        # whether the prediction lies in the widened band
-    ratio: float    # measured (median) over predicted: above 1, the model promised too little
-    words: str      # "as predicted", or by how much the measurement is above or below it
+    ok: bool
+    ratio: float    # above 1, the model promised too little
+    words: str
 
     def __str__(self) -> str:
         return self.words
@@ -148,7 +142,7 @@ def check_prediction(predicted: float, measured: "Band | float", tolerance: floa
     tolerance = _finite(tolerance, "check_prediction(): tolerance", fraction=True)
     ok, ratio = measured.widen(tolerance).contains(predicted), measured.value / predicted
     words = f"{ratio:.2f}x the prediction" + (", below it" if ratio < 1 else "")
-    return Prediction(predicted, measured, tolerance, ok, ratio, "as predicted" if ok else words)
+    return Prediction(predicted, measured, ok, ratio, "as predicted" if ok else words)
 
 
 def errorbars(values: Iterable["Band | float"], scale: float = 1.0) -> list[list[float]]:

@@ -1,5 +1,4 @@
-"""What communication costs: a bandwidth-only model of gradient synchronization (d2l 12.7).
-Latency and compute are ignored; a PCIe switch's links run at once, each one transfer at a time."""
+"""A bandwidth-only model of gradient synchronization (d2l 12.7): no latency, links in parallel."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -50,29 +49,21 @@ def server_time(size: float, workers: int, servers: int, bandwidth: float) -> fl
     return 2 * m * transfer_time(size, bandwidth) / n
 
 
-def step_time(k: int, compute_time: float, grad_bytes: float, busbw: float) -> float:
-    """Seconds of a data-parallel step: compute + a ring allreduce of the gradients, unhidden."""
-    # An upper bound for DDP, whose buckets hide part of the allreduce behind backward.
-    k = whole_number(k, "k (number of devices)")
-    compute_time = non_negative_number(compute_time, "compute_time (seconds)")
-    return compute_time + (ring_time(grad_bytes, k, busbw) if k > 1 else 0.0)
-
-
 def speedup(k: int, compute_1: float, grad_bytes: float, busbw: float,
             scaling: str = "strong", compute_k: float | None = None) -> float:
-    """Predicted samples/s of k devices over one device, from `step_time`."""
+    """Predicted samples/s of k devices over one: compute, then an unhidden ring allreduce."""
+    # An upper bound for DDP, whose buckets hide part of the allreduce behind backward.
     if scaling not in SCALINGS:
         raise ValueError(f"scaling must be one of {', '.join(SCALINGS)}, got {scaling!r}")
     k = whole_number(k, "k (number of devices)")
-    t1 = step_time(1, compute_1, grad_bytes, busbw)
-    if t1 == 0:
-        raise ValueError("compute_1 must be > 0: one device's step takes some time")
+    compute_1 = positive_number(compute_1, "compute_1 (seconds of one device's step)")
     # Each device computes B/k (strong) or B (weak) in `compute_k` seconds, never less than its
     # share of compute_1: a faster slice (a cache effect) must be measured, not assumed.
     share = compute_1 / k if scaling == "strong" else compute_1
     compute_k = max(non_negative_number(share if compute_k is None else compute_k,
                                         "compute_k (seconds)"), share)
-    return (1 if scaling == "strong" else k) * t1 / step_time(k, compute_k, grad_bytes, busbw)
+    step_k = compute_k + (ring_time(grad_bytes, k, busbw) if k > 1 else 0.0)
+    return (1 if scaling == "strong" else k) * compute_1 / step_k
 
 
 def plot_sync_costs(size: float = 160e6, bandwidth: float = 16e9, max_devices: int = 8,

@@ -7,14 +7,12 @@ import importlib.util
 import os
 import sys
 import tempfile
-from typing import Callable, Iterator, TypeVar
+from typing import Callable, Iterator
 
 import torch
 
 from . import hwbench
 from .report import notice
-
-F = TypeVar("F", bound=Callable)
 
 # Inductor's Triton kernels need compute capability 7.0, and bfloat16 Ampere's (8.0): else the
 # first compiled call raises or runs eagerly (pytorch/pytorch#118122). All known up front.
@@ -87,8 +85,8 @@ def compile_support(device: torch.device | str | None = None,
     return _support(_probe_device(device), dtype)
 
 
-def maybe_compile(fn: F, device: torch.device | str | None = None,
-                  dtype: torch.dtype | None = None, **options) -> F:
+def maybe_compile(fn: Callable, device: torch.device | str | None = None,
+                  dtype: torch.dtype | None = None, **options) -> Callable:
     """torch.compile(fn, **options) for `device` and `dtype`, or fn itself (with a notice)."""
     works, reason = compile_support(device, dtype)
     if works:

@@ -17,8 +17,6 @@ def lenet_params(scale: float | None = None, seed: int | None = 0) -> list[torch
     return params
 
 
-
-
 class Residual(nn.Module):
     """The book's residual block, with input channels given (no lazy layers: DDP needs shapes)."""
 

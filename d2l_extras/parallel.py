@@ -1,7 +1,4 @@
-"""Data parallelism's helpers: replicas, accuracy over devices, batch shares, float32 switches.
-
-Notebook 06 writes what it teaches (get_params, allreduce, split_batch, train_batch) itself.
-"""
+"""Data parallelism's helpers (notebook 06 writes what it teaches itself): replicas, accuracy."""
 from __future__ import annotations
 
 import contextlib
@@ -26,20 +23,12 @@ def _check_devices(devices: Sequence[torch.device | str]) -> list[torch.device]:
     return [torch.device(d) for d in devices]
 
 
-
-
-
-
-
-
 def sgd(params: Iterable[torch.Tensor], lr: float, batch_size: int) -> None:
     """Minibatch SGD on summed gradients: p -= lr * grad / batch_size, then zero the gradient."""
     with torch.no_grad():
         for p in params:
             p -= lr * p.grad / batch_size
             p.grad.zero_()
-
-
 
 
 def even_batch_size(batch_size: int, k: int) -> int:

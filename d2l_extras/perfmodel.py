@@ -1,5 +1,4 @@
-"""Models of compute: one call takes about max(overhead, bytes / bandwidth, flops / peak).
-The largest term names the regime, and so what would make it faster; the roofline is its rate."""
+"""Models of compute: a call takes max(overhead, bytes / bandwidth, flops / peak); the roofline."""
 from __future__ import annotations
 
 import math
@@ -55,25 +54,11 @@ class Kernel:
     size: int = 0      # the n, m or k the counts were made for
     time: Band | None = None   # seconds per call: median and interquartile range, if measured
 
-    @property
-    def intensity(self) -> float:
-        """Arithmetic intensity: FLOPs per byte moved."""
-        return self.flops / self.bytes
-
-    @property
-    def gflops(self) -> float:
-        """Measured GFLOP/s."""
-        return self.flops / self.seconds / GB
-
-    @property
-    def gbps(self) -> float:
-        """Counted bytes moved per second, in GB/s."""
-        return self.bytes / self.seconds / GB
-
-    @property
-    def gflops_band(self) -> Band:
-        """GFLOP/s with the band of the measured runs (zero width if none were kept)."""
-        return self.flops / GB / (self.time or Band.exact(self.seconds))
+    intensity = property(lambda self: self.flops / self.bytes, doc="FLOPs per byte moved.")
+    gflops = property(lambda self: self.flops / self.seconds / GB, doc="Measured GFLOP/s.")
+    gbps = property(lambda self: self.bytes / self.seconds / GB, doc="Counted bytes moved, GB/s.")
+    gflops_band = property(lambda self: self.flops / GB / (self.time or Band.exact(self.seconds)),
+                           doc="GFLOP/s with the band of the measured runs (zero width if none).")
 
 
 def attainable(intensity: float, bandwidth_gbps: float, peak_gflops: float) -> float:
@@ -97,10 +82,8 @@ class Roof:
         return tuple(next((k for k, v in self.probes.items() if math.isclose(v, roof)), "given")
                      for roof in (self.bandwidth_gbps, self.peak_gflops))
 
-    @property
-    def ridge(self) -> float:
-        """FLOP per byte where the arithmetic, not the memory, becomes the limit."""
-        return self.peak_gflops / self.bandwidth_gbps
+    ridge = property(lambda self: self.peak_gflops / self.bandwidth_gbps,
+                     doc="FLOP per byte where the arithmetic, not the memory, becomes the limit.")
 
     def attainable(self, intensity: float) -> float:
         """Roofline bound in GFLOP/s at this arithmetic intensity."""

@@ -22,15 +22,8 @@ from .profiles import by_profile
 _FALSE_ALARM = "No CUDA runtime is found"
 
 
-class _NoFalseCudaAlarm(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not (str(record.msg).startswith(_FALSE_ALARM) and not torch.cuda.is_available())
-
-
-def _install_filter() -> None:
-    log = logging.getLogger("torch.utils.cpp_extension")
-    if not any(isinstance(f, _NoFalseCudaAlarm) for f in log.filters):
-        log.addFilter(_NoFalseCudaAlarm())
+def _no_false_cuda_alarm(record: logging.LogRecord) -> bool:
+    return not (str(record.msg).startswith(_FALSE_ALARM) and not torch.cuda.is_available())
 
 
 def _quiet_import(name: str) -> None:
@@ -40,8 +33,8 @@ def _quiet_import(name: str) -> None:
                              if not line.startswith(_FALSE_ALARM)))
 
 
+logging.getLogger("torch.utils.cpp_extension").addFilter(_no_false_cuda_alarm)
 # Torch 2.6 and 2.7 print the notice on importing cpp_extension: import it here, quietly.
-_install_filter()
 if torch.__version__ < "2.8" and "torch.utils.cpp_extension" not in sys.modules \
         and not torch.cuda.is_available():
     _quiet_import("torch.utils.cpp_extension")
@@ -100,11 +93,8 @@ class Measurement:
     setup: list[float] = field(default_factory=list)  # calls 2, 3, ... timed one by one
     number: int = 1                                    # calls per timed run
 
-    @property
-    def band(self) -> Band:
-        """Median seconds per call, and the interquartile range of the runs."""
-        return Band.of(self.warm)
-
+    band = property(lambda self: Band.of(self.warm),
+                    doc="Median seconds per call, and the interquartile range of the runs.")
     median = property(lambda self: self.band.value, doc="Median warm seconds per call.")
     spread = property(lambda self: self.band.spread, doc="Half the IQR relative to the median.")
     best = property(lambda self: min(self.warm), doc="The least disturbed run's seconds per call.")
@@ -146,8 +136,7 @@ def _time_once(fn: Callable[[], object], devices: Devices, clock: Clock, number:
     return run.elapsed / number
 
 
-def _prepare(fns: Mapping[str, object], spread: float, seconds: float | None,
-             devices: Devices) -> tuple[float, list[torch.device]]:
+def _prepare(fns: Mapping[str, object], spread: float, seconds: float | None, devices: Devices):
     for what, fn in fns.items():
         if not callable(fn):
             raise TypeError(f"{what} needs a function to call, got {type(fn).__name__}")

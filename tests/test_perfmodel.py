@@ -83,9 +83,10 @@ def test_roof_violations_let_a_cache_serve_only_what_it_holds():
 
 def test_attainable():
     assert pm.attainable(0.1, 10, 100) == pytest.approx(1.0)
-    assert pm.attainable(100, 10, 100) == 100
-    with pytest.raises(ValueError):
-        pm.attainable(0, 10, 100)
+    assert pm.Roof(10, 100).attainable(100) == 100
+    for args in ((0, 10, 100), (1, 0, 100), (1, 10, -1)):
+        with pytest.raises(ValueError, match="needs intensity, bandwidth and peak > 0"):
+            pm.attainable(*args)
 
 
 # ---------------------------------------------------------------- the memory regime

@@ -11,13 +11,13 @@ BUDGETS = {"4 GB": 4 * GB, "16 GB": 16 * GB, "80 GB": 80 * GB}
 
 def used_bytes(name, size):
     exp = SIZES[name]
-    return exp.count * size * size * exp.bytes_per_item if exp.square else size * exp.bytes_per_item
+    return exp.count * size * size * exp.bytes_per_item if exp.count else size * exp.bytes_per_item
 
 
 def operand_bytes(name, size):
     """One operand: an n x n matrix, or a float32 vector (bytes_per_item covers all tensors)."""
     exp = SIZES[name]
-    return size * size * exp.bytes_per_item if exp.square else size * 4
+    return size * size * exp.bytes_per_item if exp.count else size * 4
 
 
 @pytest.mark.parametrize("name", sorted(SIZES))
