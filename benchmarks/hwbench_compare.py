@@ -2,9 +2,11 @@
 
     python benchmarks/hwbench_compare.py [--out build/bench] [--rounds 3]
 
-The unit tests (tests/test_hwbench.py) check what hwbench counts, on an injected clock, and only
-wide physical bounds on real timings: a ratio of two timings depends on the hardware and the
-load, not on the code. The ratios are still worth seeing, so this script measures them,
+Copy, gather, random reads and the Python loop are notebook 04's own functions (the notebook is
+their one source), loaded with tests/nbcells.py; the rest are d2l_extras.hwbench's. The unit tests
+(tests/test_hwbench.py, tests/test_nb04_hwbench.py) check what is counted, on an injected clock,
+and only wide physical bounds on real timings: a ratio of two timings depends on the hardware
+and the load, not on the code. The ratios are still worth seeing, so this script measures them,
 interleaved (ours, independent, ours, ...) so that a burst of load hits both, and writes
 hwbench.json and hwbench.md under --out (build/ is ignored by git). It exits 0 whatever the
 ratios are; it fails only if a measurement crashes.
@@ -30,7 +32,12 @@ import torch
 import d2l_extras as dx
 from d2l_extras import hwbench as hb
 
+# tests/nbcells.py runs a notebook's defining cells; the tests import it from their own folder
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from nbcells import notebook_namespace  # noqa: E402
+
 MiB = 1024 ** 2
+NB04 = ["copy_rate", "gather_times", "axpy_times", "random_read_times"]
 
 
 def best_time(fn, repeats=5):
@@ -99,10 +106,11 @@ def plain_loopback(n_bytes, pings):
 
 def comparisons(rounds):
     """Yield (name, ours, independent, unit, how the independent figure was measured)."""
+    nb = notebook_namespace("04", NB04)
     # memory: STREAM copy against NumPy's copy of the same size
     src = np.ones(64 * MiB // 4, dtype=np.float32)
     dst = np.empty_like(src)
-    ours, theirs = interleaved(lambda: hb.copy_bandwidth(64 * MiB, "cpu").giga,
+    ours, theirs = interleaved(lambda: nb["copy_rate"](64 * MiB).value,
                                lambda: 2 * src.nbytes / best_time(lambda: np.copyto(dst, src)) / 1e9,
                                rounds)
     yield "copy 64 MiB", ours, theirs, "GB/s", "numpy.copyto, best of 5"
@@ -110,21 +118,22 @@ def comparisons(rounds):
     big = np.full(64 * MiB // 4, 1.0, dtype=np.float32)
     idx = np.random.default_rng(0).integers(0, big.size, 2 ** 20)
     out = np.empty(2 ** 20, dtype=np.float32)
-    ours, theirs = interleaved(lambda: hb.gather_time(2 ** 20, 64 * MiB, "cpu").random_s * 1e9,
+    ours, theirs = interleaved(lambda: nb["gather_times"](2 ** 20, 64 * MiB)[0].value * 1e9,
                                lambda: best_time(lambda: np.take(big, idx, out=out)) / 2 ** 20 * 1e9,
                                rounds)
     yield "random gather from 64 MiB", ours, theirs, "ns/element", "numpy.take, best of 5"
-    g = hb.gather_time(2 ** 20, 64 * MiB, "cpu")
-    yield "random / contiguous gather", g.ratio, float("nan"), "x", "no independent figure"
+    random_s, contiguous_s = nb["gather_times"](2 ** 20, 64 * MiB)
+    yield "random / contiguous gather", (random_s / contiguous_s).value, float("nan"), "x", \
+        "no independent figure"
 
     llc = max((hb.cache_sizes() or {"L3": 32 * MiB}).values())
     size = min(max(2 * llc, 64 * MiB), 512 * MiB)
     src2 = np.full(size // 4, 1.0, dtype=np.float32)
     idx2 = np.random.default_rng(1).integers(0, src2.size, 2 ** 20).astype(np.int32)
-    sweep = hb.cache_sweep([16 * 1024, size], lookups=2 ** 20)
+    small, large = (b.value for b in nb["random_read_times"]([16 * 1024, size], 2 ** 20))
     theirs = best_time(lambda: np.take(src2, idx2, out=out)) / 2 ** 20 * 1e9
-    yield f"random read in {size // MiB} MiB", sweep.seconds[1] * 1e9, theirs, "ns", "numpy.take"
-    yield f"{size // MiB} MiB vs 16 KiB working set", sweep.seconds[1] / sweep.seconds[0], \
+    yield f"random read in {size // MiB} MiB", large * 1e9, theirs, "ns", "numpy.take"
+    yield f"{size // MiB} MiB vs 16 KiB working set", large / small, \
         float("nan"), "x", "no independent figure"
 
     # the processor
@@ -135,13 +144,13 @@ def comparisons(rounds):
         for i in range(n):
             res[i] = 2.0 * xs[i] + ys[i]
 
-    lv = []
+    lv = []  # [loop, vector] seconds per element, one pair per round
     ours, theirs = interleaved(
-        lambda: lv.append(hb.loop_vs_vectorized(n)) or lv[-1].loop_s * 1e9,
+        lambda: lv.append(nb["axpy_times"](n)) or lv[-1][0].value * 1e9,
         lambda: min(timeit.repeat(loop, number=1, repeat=3)) / n * 1e9, rounds)
     yield "Python loop step", ours, theirs, "ns/element", "timeit, best of 3"
-    yield "vectorized speedup", statistics.median(r.speedup for r in lv), float("nan"), "x", \
-        "no independent figure"
+    yield "vectorized speedup", statistics.median((a / b).value for a, b in lv), float("nan"), \
+        "x", "no independent figure"
 
     a, b, c = torch.rand(256, 256), torch.rand(256, 256), torch.empty(256, 256)
 
@@ -158,8 +167,8 @@ def comparisons(rounds):
     for k in kernels:
         yield f"roofline: {k.name}", k.gflops, roof.attainable(k.intensity), "GFLOP/s", \
             "independent column: this run's roof"
-    copy = hb.copy_bandwidth(64 * MiB, "cpu").giga
-    yield "vector add bytes/s vs copy", kernels[0].gbps, copy, "GB/s", "copy_bandwidth 64 MiB"
+    copy = nb["copy_rate"](64 * MiB).value
+    yield "vector add bytes/s vs copy", kernels[0].gbps, copy, "GB/s", "copy_rate 64 MiB"
 
     # storage and network
     with tempfile.TemporaryDirectory(prefix="d2l-bench-") as tmp:
@@ -208,8 +217,8 @@ def comparisons(rounds):
         peak = hb.published_peak(name)
         if peak is not None:
             yield f"{name}: h2d pinned", pinned, peak.host_link_gbps, "GB/s", peak.source
-            yield f"{name}: copy", hb.copy_bandwidth(1024 * MiB, dev).giga, peak.memory_gbps, \
-                "GB/s", peak.source
+            copy = nb["copy_rate"](dx.fit_to_memory(1024 * MiB, 2, dev), dev).value
+            yield f"{name}: copy", copy, peak.memory_gbps, "GB/s", peak.source
             for dtype in ("float32", "bfloat16", "float16"):
                 top = peak.matmul_tflops(dtype)
                 if top and hb.dtype_supported(dtype, dev):
