@@ -87,8 +87,7 @@ def default_sweep_sizes(largest: int | None = None) -> list[int]:
         largest = min(max(4 * llc, 64 * MiB), by_profile(64 * MiB, 512 * MiB, 16 * GiB),
                       fit_to_memory(16 * GiB, 1, "cpu", 0.25))
     largest, step = whole_number(largest, "largest"), by_profile(4, 2, 2)
-    sizes = (4 * KiB * step ** i for i in range(64))  # up to 2 ** 64 times 4 KiB: more than any RAM
-    return [s for s in sizes if s <= largest]
+    return [s for s in (4 * KiB * step ** i for i in range(64)) if s <= largest]
 
 
 def _parse_size(text: str) -> int:
@@ -101,27 +100,22 @@ def cache_sizes() -> dict[str, int] | None:
     found: dict[str, int] = {}
     try:
         if sys.platform.startswith("linux"):
-            for entry in sorted(pathlib.Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
-                kind, level = ((entry / f).read_text("ascii").strip() for f in ("type", "level"))
+            for d in sorted(pathlib.Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+                kind, level, size = ((d / f).read_text().strip() for f in ("type", "level", "size"))
                 if kind in ("Data", "Unified"):
-                    size = _parse_size((entry / "size").read_text("ascii"))
-                    found["L1d" if level == "1" else f"L{level}"] = size
+                    found["L1d" if level == "1" else f"L{level}"] = _parse_size(size)
         elif sys.platform == "darwin":
-            for key, name in (("l1dcachesize", "L1d"), ("l2cachesize", "L2"),
-                              ("l3cachesize", "L3")):
-                for prefix in ("hw.perflevel0.", "hw."):  # Apple silicon: per core cluster
-                    out = subprocess.run(["sysctl", "-n", prefix + key], capture_output=True,
-                                         text=True, timeout=5).stdout.strip()
-                    if out.isdigit():  # a key this Mac lacks prints nothing
-                        found[name] = int(out)
-                        break
+            for name in ("L1d", "L2", "L3"):  # Apple silicon's per core cluster (perflevel0) wins
+                outs = (subprocess.run(["sysctl", "-n", f"hw.{level}{name.lower()}cachesize"],
+                                       capture_output=True, text=True, timeout=5).stdout.strip()
+                        for level in ("", "perflevel0."))
+                found |= {name: int(out) for out in outs if out.isdigit()}  # a missing key: ""
     except (OSError, ValueError, subprocess.SubprocessError):
         return None
     return found or None
 
 
-# The dtypes Tensor Cores multiply and the compute capability that brought each (CUDA C++
-# Programming Guide, "Compute Capabilities"); "tfloat32": float32 rounded to TF32 on the way in.
+# Tensor Core dtypes and the compute capability that brought each (CUDA C++ Programming Guide)
 TENSOR_CORE_DTYPES: dict[str, tuple[int, int]] = {
     "float16": (7, 0), "bfloat16": (8, 0), "tfloat32": (8, 0), "float8": (8, 9)}
 
@@ -164,8 +158,7 @@ def matmul_rate(n: int, dtype: str | torch.dtype = "float32", device: Device = N
         raise ValueError(f"{str(dtype)[6:]} matrix multiply is not supported natively on "
                          f"{device}; dtype_supported() says which dtypes are")
     _check_fits(n, dtype, device, "n")
-    a, b = (torch.rand(n, n, device=device).to(dtype) for _ in range(2))
-    c = torch.empty(n, n, device=device, dtype=dtype)
+    a, b, c = (torch.rand(n, n, device=device).to(dtype) for _ in range(3))
     m = measure(lambda: torch.mm(a, b, out=c), f"{n}", devices=[device], clock=clock)
     return Rate(2 * n ** 3, m)
 
@@ -180,13 +173,11 @@ def roofline(n: int | None = None, k: int | None = None, device: Device = "cpu",
              clock: Clock = time.perf_counter) -> tuple[Roof, list[Kernel]]:
     """Vector add (n), matrix-vector (sqrt n), matrix-matrix (k) in float32, and their roof."""
     device = _as_device(device)
-    n = whole_number(n, "n") if n is not None else problem_size("roofline_stream", device)
-    # x, y, z and an m x m matrix with m*m <= n: 16 bytes per element of n at most
-    n = fit_to_memory(n, 16, device, 0.25)
+    # x, y, z and an m x m matrix with m * m <= n: at most 16 bytes per element of n
+    n = fit_to_memory(whole_number(n, "n") if n is not None else
+                      problem_size("roofline_stream", device), 16, device, 0.25)
     m = math.isqrt(n)
-    x, y, z = (torch.rand(n, device=device) for _ in range(3))
-    A, v, w = torch.rand(m, m, device=device), torch.rand(m, device=device), \
-        torch.empty(m, device=device)
+    x, y, z, A, v, w = (torch.rand(size, device=device) for size in (n, n, n, (m, m), m, m))
     # The matmul is sized after the vectors exist, so that its share of free memory is real.
     k = whole_number(k, "k") if k is not None else problem_size("roofline_matmul", device)
     _check_fits(k, torch.float32, device, "k")
@@ -241,42 +232,38 @@ def storage_reads(n_bytes: int | None = None, block: int = 4 * KiB, n_random: in
                   clock: Clock = time.perf_counter) -> StorageReads:
     """Write a temporary file, then time sequential and random reads; the file is always removed."""
     n_bytes = _or_profile(n_bytes, "n_bytes", 32 * MiB, 256 * MiB, 1 * GiB)
-    block = whole_number(block, "block")
     n_random = _or_profile(n_random, "n_random", 200, 1000, 4000)
-    repeats = whole_number(repeats, "repeats")
+    block, repeats = whole_number(block, "block"), whole_number(repeats, "repeats")
     if n_bytes < block:
         raise ValueError(f"n_bytes ({n_bytes}) must hold at least one block ({block} bytes)")
     free = shutil.disk_usage(directory or tempfile.gettempdir()).free
     n_bytes = fit_to_memory(n_bytes, 1, "cpu", 0.25, minimum=block, budget=free)
-    pattern = os.urandom(min(MiB, n_bytes))
-    with tempfile.TemporaryDirectory(dir=directory, prefix="d2l-storage-") as tmp:
-        path = os.path.join(tmp, "reads.bin")
-        with open(path, "wb") as f:
-            for start in range(0, n_bytes, MiB):
-                f.write(pattern[: n_bytes - start])
-        with open(path, "rb", buffering=0) as f:
-            fd, buf = f.fileno(), bytearray(MiB)
-            rng, blocks = random.Random(0), n_bytes // block
+    pattern, buf, rng = os.urandom(min(MiB, n_bytes)), bytearray(MiB), random.Random(0)
+    # unbuffered, and gone when closed, even after an error (a file without a name where the OS can)
+    with tempfile.TemporaryFile(dir=directory, prefix="d2l-storage-", buffering=0) as f:
+        for start in range(0, n_bytes, MiB):
+            f.write(pattern[: n_bytes - start])
+        fd = f.fileno()
 
-            def read_all() -> None:
-                f.seek(0)
-                while f.readinto(buf):
-                    pass
+        def read_all() -> None:
+            f.seek(0)
+            while f.readinto(buf):
+                pass
 
-            def drop() -> None:  # make the OS forget the file's cached pages: read the device
-                if hasattr(os, "posix_fadvise"):
-                    os.fsync(fd)  # dirty pages cannot be dropped
-                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-                elif sys.platform == "darwin":
-                    import fcntl
-                    fcntl.fcntl(fd, getattr(fcntl, "F_NOCACHE", 48), 1)  # bypass it from now on
+        def drop() -> None:  # make the OS forget the file's cached pages: read the device
+            if hasattr(os, "posix_fadvise"):
+                os.fsync(fd)  # dirty pages cannot be dropped
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            elif sys.platform == "darwin":
+                import fcntl
+                fcntl.fcntl(fd, getattr(fcntl, "F_NOCACHE", 48), 1)  # bypass it from now on
 
-            seq = measure_interleaved({"sequential": read_all}, devices=[], runs=repeats,
-                                      before=drop, clock=clock)["sequential"]
-            drop()
-            rnd = measure_interleaved(
-                {"random": lambda: _pread(fd, block, rng.randrange(blocks) * block)},
-                devices=[], runs=n_random, clock=clock)["random"]
+        seq = measure_interleaved({"sequential": read_all}, devices=[], runs=repeats,
+                                  before=drop, clock=clock)["sequential"]
+        drop()
+        rnd = measure_interleaved(
+            {"random": lambda: _pread(fd, block, rng.randrange(n_bytes // block) * block)},
+            devices=[], runs=n_random, clock=clock)["random"]
     dropped = hasattr(os, "posix_fadvise") or sys.platform == "darwin"
     return StorageReads(n_bytes, block, seq.band, rnd.band, dropped)
 
@@ -290,8 +277,7 @@ class Loopback:
     bulk: Band              # seconds to send n_bytes (and get a 1-byte receipt)
 
     round_trip_s = property(lambda self: self.round_trip.value)
-    bulk_s = property(lambda self: self.bulk.value)
-    gbps = property(lambda self: self.n_bytes / self.bulk_s / GB)
+    gbps = property(lambda self: self.n_bytes / self.bulk.value / GB)
 
 
 def loopback_network(n_bytes: int | None = None, pings: int | None = None, repeats: int = 3,
@@ -370,10 +356,8 @@ def launch_overhead(device: Device = None, n: int | None = None, *,
     """Seconds per tiny operation: n queued back to back (throughput) or waited for one by one."""
     # Queued, the device runs launches as they come: 1 / (launches per second). wait_each adds
     # the round trip to learn each finished (a latency). On the CPU both are the dispatch cost.
-    device = _as_device(device)
-    n = _or_profile(n, "n", 1000, 5000, 20000)
-    x = torch.zeros(1, device=device)
-    wait = [device] if wait_each else []
+    device, n = _as_device(device), _or_profile(n, "n", 1000, 5000, 20000)
+    x, wait = torch.zeros(1, device=device), [device] if wait_each else []
 
     def many():
         for _ in range(n):
@@ -427,46 +411,40 @@ class GpuPeak:
     l2_mb: float
     source: str
 
-    def matmul_tflops(self, dtype: str | torch.dtype, tf32: bool = False) -> float | None:
-        """Published dense peak for a matmul in dtype (float32 uses the TF32 figure if allowed)."""
-        name = dtype if dtype in ("tfloat32", "float8") else str(_as_dtype(dtype))[len("torch."):]
-        if name == "float32" and tf32 and "tfloat32" in self.tflops:
-            name = "tfloat32"
+    def matmul_tflops(self, dtype: str | torch.dtype) -> float | None:
+        """Published dense peak for a matmul in dtype ("tfloat32" and "float8" too), or None."""
+        name = dtype if dtype in ("tfloat32", "float8") else str(_as_dtype(dtype))[6:]
         return self.tflops.get(name)
 
 
-_DS = "NVIDIA data sheet: https://www.nvidia.com/en-us/data-center/"
 _PEAK_DTYPES = ("float64", "float32", "tfloat32", "bfloat16", "float16", "float8")
 _H100 = (34, 67, 494.7, 989.4, 989.4, 1978.9)  # the H200 has the same compute
 _A100 = (9.7, 19.5, 156, 312, 312, None)
-# A pattern matches the whole name torch.cuda.get_device_name() reports: a variant with other
-# clocks or memory (laptop part, RTX 4090 D, A10G, MIG slice) is promised nothing. Sparse figures
-# are halved; GeForce float16 is the FP16-accumulate figure. Left out, for want of one figure per
-# name: GH200, B200, RTX 50xx, laptop GPUs. Columns: pattern, name, memory GB/s, host link GB/s,
-# L2 MB, source, dense TFLOP/s in each of _PEAK_DTYPES (None: not published).
+# A pattern matches the whole name torch.cuda.get_device_name() reports: variants (laptop part,
+# RTX 4090 D, A10G, MIG slice; GH200, B200, RTX 50xx lack one figure per name) get nothing.
+# Columns: pattern, name, memory GB/s, host link GB/s, L2 MB, source (".../": a data sheet page),
+# dense TFLOP/s per _PEAK_DTYPES (None: unpublished; sparse halved; GeForce: FP16 accumulate).
 _PEAKS = [
-    (r"H100 80GB HBM3|H100 SXM5?( 80GB)?", "H100 SXM5 80GB", 3350, 63, 50, _DS + "h100/", _H100),
-    (r"H100( 80GB)? PCIe", "H100 PCIe 80GB", 2000, 63, 50, _DS + "h100/",
+    (r"H100 80GB HBM3|H100 SXM5?( 80GB)?", "H100 SXM5 80GB", 3350, 63, 50, "h100/", _H100),
+    (r"H100( 80GB)? PCIe", "H100 PCIe 80GB", 2000, 63, 50, "h100/",
      (26, 51, 378, 756, 756, 1513)),
-    (r"H100 NVL", "H100 NVL 94GB", 3900, 63, 50, _DS + "h100/",
-     (30, 60, 417.5, 835.5, 835.5, 1670.5)),
-    (r"H200( SXM)?( 141GB)?", "H200 SXM 141GB", 4800, 63, 50, _DS + "h200/", _H100),
-    (r"A100-SXM4-80GB", "A100 SXM4 80GB", 2039, 31.5, 40, _DS + "a100/", _A100),
-    (r"A100 80GB PCIe|A100-PCIE-80GB", "A100 PCIe 80GB", 1935, 31.5, 40, _DS + "a100/", _A100),
-    (r"A100-(SXM4|PCIE)-40GB", "A100 40GB", 1555, 31.5, 40, _DS + "a100/", _A100),
-    (r"V100S-PCIE-32GB", "V100S PCIe 32GB", 1134, 15.75, 6, _DS + "v100/",
+    (r"H100 NVL", "H100 NVL 94GB", 3900, 63, 50, "h100/", (30, 60, 417.5, 835.5, 835.5, 1670.5)),
+    (r"H200( SXM)?( 141GB)?", "H200 SXM 141GB", 4800, 63, 50, "h200/", _H100),
+    (r"A100-SXM4-80GB", "A100 SXM4 80GB", 2039, 31.5, 40, "a100/", _A100),
+    (r"A100 80GB PCIe|A100-PCIE-80GB", "A100 PCIe 80GB", 1935, 31.5, 40, "a100/", _A100),
+    (r"A100-(SXM4|PCIE)-40GB", "A100 40GB", 1555, 31.5, 40, "a100/", _A100),
+    (r"V100S-PCIE-32GB", "V100S PCIe 32GB", 1134, 15.75, 6, "v100/",
      (8.2, 16.4, None, None, 130, None)),
-    (r"V100-SXM2-(16|32)GB", "V100 SXM2", 900, 15.75, 6, _DS + "v100/",
+    (r"V100-SXM2-(16|32)GB", "V100 SXM2", 900, 15.75, 6, "v100/",
      (7.8, 15.7, None, None, 125, None)),
-    (r"V100-PCIE-(16|32)GB", "V100 PCIe", 900, 15.75, 6, _DS + "v100/",
-     (7, 14, None, None, 112, None)),
+    (r"V100-PCIE-(16|32)GB", "V100 PCIe", 900, 15.75, 6, "v100/", (7, 14, None, None, 112, None)),
     # Pascal: no Tensor Cores; float16 runs at twice the float32 rate on the CUDA cores.
-    (r"P100-PCIE-16GB", "P100 PCIe 16GB", 732, 15.75, 4, _DS + "tesla-p100/",
+    (r"P100-PCIE-16GB", "P100 PCIe 16GB", 732, 15.75, 4, "tesla-p100/",
      (4.7, 9.3, None, None, 18.7, None)),
-    (r"T4", "T4", 320, 15.75, 4, _DS + "tesla-t4/", (None, 8.1, None, None, 65, None)),
-    (r"L4", "L4", 300, 31.5, 48, _DS + "l4/", (None, 30.3, 60, 121, 121, 242.5)),
-    (r"L40S", "L40S", 864, 31.5, 96, _DS + "l40s/", (None, 91.6, 183, 362.05, 362.05, 733)),
-    (r"A10", "A10", 600, 31.5, 6, _DS + "products/a10-gpu/", (None, 31.2, 62.5, 125, 125, None)),
+    (r"T4", "T4", 320, 15.75, 4, "tesla-t4/", (None, 8.1, None, None, 65, None)),
+    (r"L4", "L4", 300, 31.5, 48, "l4/", (None, 30.3, 60, 121, 121, 242.5)),
+    (r"L40S", "L40S", 864, 31.5, 96, "l40s/", (None, 91.6, 183, 362.05, 362.05, 733)),
+    (r"A10", "A10", 600, 31.5, 6, "products/a10-gpu/", (None, 31.2, 62.5, 125, 125, None)),
     (r"RTX 4090", "GeForce RTX 4090", 1008, 31.5, 72,
      "NVIDIA Ada Lovelace architecture whitepaper (2022), appendix A",
      (None, 82.6, 82.6, 165.2, 330.3, None)),
@@ -476,7 +454,8 @@ _PEAKS = [
 ]
 PUBLISHED_PEAKS: list[tuple[str, GpuPeak]] = [
     (pattern, GpuPeak(name, memory, {d: t for d, t in zip(_PEAK_DTYPES, tflops) if t is not None},
-                      link, l2, source))
+                      link, l2, "NVIDIA data sheet: https://www.nvidia.com/en-us/data-center/"
+                      + source if source.endswith("/") else source))
     for pattern, name, memory, link, l2, source, tflops in _PEAKS]
 
 
@@ -486,7 +465,5 @@ def published_peak(device_name: str) -> GpuPeak | None:
         raise ValueError(f"published_peak() needs the GPU's name as a string, e.g. "
                          f"torch.cuda.get_device_name(0); got {device_name!r}")
     name = " ".join(device_name.split())
-    for pattern, peak in PUBLISHED_PEAKS:
-        if re.fullmatch(rf"(NVIDIA |Tesla )?(GeForce )?({pattern})", name, re.IGNORECASE):
-            return peak
-    return None
+    return next((peak for pattern, peak in PUBLISHED_PEAKS
+                 if re.fullmatch(rf"(NVIDIA |Tesla )?(GeForce )?({pattern})", name, re.I)), None)

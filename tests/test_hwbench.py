@@ -257,7 +257,7 @@ def test_p2p_access_for_k_simulated_gpus(k):
 def test_loopback_counts_bytes_and_round_trips():
     r = hb.loopback_network(1 * MiB, pings=20, repeats=2, clock=timing.TickClock())
     # each round trip and each transfer is one timed call: one tick of the clock
-    assert r.n_bytes == 1 * MiB and r.bulk_s == 1 and r.round_trip_s == 1
+    assert r.n_bytes == 1 * MiB and r.bulk.value == 1 and r.round_trip_s == 1
 
 
 def test_loopback_is_physical():
@@ -313,7 +313,7 @@ def test_published_peak_names_the_gpu_or_says_it_is_unknown(name, expected):
 
 def test_published_peak_picks_the_dtypes_figure():
     h100 = hb.published_peak("NVIDIA H100 80GB HBM3")
-    assert h100.matmul_tflops("float32") == 67 and h100.matmul_tflops("float32", tf32=True) > 400
+    assert h100.matmul_tflops("float32") == 67 and h100.matmul_tflops("tfloat32") > 400
     assert h100.matmul_tflops(torch.bfloat16) == pytest.approx(989.4) and h100.l2_mb == 50
     assert h100.matmul_tflops("float8") == pytest.approx(1978.9)
     assert hb.published_peak("Tesla T4").matmul_tflops("bfloat16") is None   # Turing: no bf16
