@@ -17,8 +17,7 @@ SLIDE_STYLE = {"figure.figsize": (7.0, 3.6), "figure.dpi": 100, "savefig.dpi": 1
                "font.size": 12, "axes.titlesize": 13, "axes.labelsize": 12, "xtick.labelsize": 12,
                "ytick.labelsize": 12, "legend.fontsize": 12, "legend.title_fontsize": 12,
                "figure.titlesize": 13, "figure.constrained_layout.use": True}
-# Timeline colours by kind of work ("launch", "wait": a CPU thread's calls into CUDA); others
-# get the next colour of the cycle.
+# Timeline colours by kind of work ("launch", "wait": a CPU thread's calls into CUDA).
 TIMELINE_COLORS = {"cpu op": "C0", "kernel": "C1", "copy": "C2", "launch": "C4", "wait": "C7"}
 
 

@@ -18,11 +18,8 @@ class FloatFormat(NamedTuple):
     mantissa: int
     dtype: torch.dtype | None  # None for tf32: a way tensor cores compute, not a storage dtype
     finite_only: bool = False  # no infinities: the top exponent holds numbers (fp8 e4m3fn)
-
-    @property
-    def bits(self) -> int:
-        """Bits per number: sign, exponent and mantissa (tf32: 19, stored in 32)."""
-        return 1 + self.exponent + self.mantissa
+    bits = property(lambda self: 1 + self.exponent + self.mantissa,
+                    doc="Bits per number: sign, exponent and mantissa (tf32: 19, stored in 32).")
 
 
 FLOAT_FORMATS: dict[str, FloatFormat] = {f.name: f for f in (
@@ -59,19 +56,17 @@ def _round_trip(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 def measure_format(dtype: torch.dtype) -> dict[str, float]:
     """Measure a dtype's limits by casting float64 values into it and back (no torch.finfo)."""
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(f"measure_format() needs a floating-point torch.dtype such as "
-                        f"torch.bfloat16 or torch.float8_e4m3fn, got {dtype!r}")
+        raise TypeError(f"measure_format() needs a floating-point torch.dtype, got {dtype!r}")
     if dtype.itemsize >= 8:
-        raise ValueError(f"measure_format() measures in float64, so it needs a narrower dtype "
-                         f"than {dtype}: float32, bfloat16, float16 or a float8")
+        raise ValueError(f"measure_format() measures in float64: pass a narrower dtype than "
+                         f"{dtype}")
     try:  # packed dtypes (float4_e2m1fn_x2) have no cast; float8_e8m0fnu has no zero
         zero = _round_trip(torch.zeros(1, dtype=torch.float64), dtype).item()
     except (NotImplementedError, RuntimeError) as err:
-        raise TypeError(f"torch cannot cast float64 into {dtype} here ({err}); measure float32, "
-                        f"bfloat16, float16 or a float8 such as torch.float8_e5m2") from err
+        raise TypeError(f"torch cannot cast float64 into {dtype} ({err}): measure another "
+                        "dtype, such as torch.float16") from err
     if zero != 0:
-        raise ValueError(f"{dtype} has no zero (0 comes back as {zero}): measure_format() "
-                         f"measures sign-exponent-mantissa formats such as torch.float16")
+        raise ValueError(f"{dtype} has no zero (0 comes back as {zero}): measure another dtype")
     # Every power of two float64 holds, cast at once; what an overflow gives (inf, NaN, or 448
     # for e4m3fn since torch 2.14, which saturates) never equals the value: not exact.
     powers = 2.0 ** torch.arange(-1074, 1024, dtype=torch.float64)
@@ -93,13 +88,11 @@ def measure_format(dtype: torch.dtype) -> dict[str, float]:
 def round_mantissa(x: torch.Tensor, bits: int) -> torch.Tensor:
     """Round float32 values to `bits` mantissa bits, to nearest even (bits=10: TF32, 7: bf16)."""
     if not isinstance(x, torch.Tensor) or x.dtype != torch.float32:
-        raise TypeError(f"round_mantissa() rounds a float32 tensor; pass x.float(), got "
+        raise TypeError(f"round_mantissa() rounds float32: pass x.float(), got "
                         f"{getattr(x, 'dtype', type(x).__name__)}")
     if isinstance(bits, bool) or not isinstance(bits, int) or not 0 <= bits <= 23:
-        raise ValueError(f"bits is a whole number of mantissa bits from 0 to 23 (float32 "
-                         f"stores 23; TF32 10, bfloat16 7), got {bits!r}")
-    drop = 23 - bits
-    if drop == 0:
+        raise ValueError(f"bits is a whole number of mantissa bits from 0 to 23, got {bits!r}")
+    if (drop := 23 - bits) == 0:
         return x.clone()
     raw = x.view(torch.int32)
     magnitude = raw & 0x7FFFFFFF  # rounding the magnitude's bit pattern rounds the number

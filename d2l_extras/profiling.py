@@ -15,7 +15,7 @@ from typing import Callable, Iterable
 import torch
 
 from .hardware import accelerators
-from .timing import synchronize
+from .timing import Devices, synchronize
 
 # Kineto's Chrome-trace categories, by the bar each becomes (cuda_runtime: cudaLaunchKernel, ...).
 KINDS = {"cpu_op": "cpu op", "user_annotation": "cpu op", "cuda_runtime": "launch",
@@ -34,11 +34,7 @@ class TimelineEvent:
     start: float   # seconds since the first recorded event
     duration: float
     kind: str      # "cpu op", "launch" or "wait" (CPU calls into CUDA), "kernel" or "copy"
-
-    @property
-    def end(self) -> float:
-        """Second at which the event finished."""
-        return self.start + self.duration
+    end = property(lambda self: self.start + self.duration, doc="Second the event finished.")
 
 
 @contextlib.contextmanager
@@ -54,12 +50,11 @@ def _without_unknown_free_warning():
             os.dup2(saved, 2)
             os.close(saved)
             tmp.seek(0)
-            for line in tmp.read().decode(errors="replace").splitlines(keepends=True):
-                if UNKNOWN_FREE not in line:
-                    sys.stderr.write(line)
+            sys.stderr.writelines(line for line in tmp.read().decode(errors="replace")
+                                  .splitlines(keepends=True) if UNKNOWN_FREE not in line)
 
 
-def profile_trace(fn: Callable[[], object], devices: Iterable[torch.device | str] | None = None,
+def profile_trace(fn: Callable[[], object], devices: Devices = None,
                   trace_path: str | os.PathLike | None = None, memory: bool = False) -> dict:
     """Profile one call of fn on devices (default: every accelerator); return the Chrome trace."""
     if not callable(fn):
@@ -91,15 +86,13 @@ def _check_kernels_traced(trace: dict) -> None:
     launches = sum(KINDS.get(e.get("cat")) == "launch" and "Launch" in e.get("name", "")
                    for e in bars)
     if launches and not any(e.get("cat") == "kernel" for e in bars):
-        raise RuntimeError(
-            f"the profiler saw {launches} kernel launches but recorded no kernel: CUPTI, which "
-            "traces the GPU, failed. Close other profilers (Nsight, another torch.profiler), "
-            "check that this user may profile the GPU (NVreg_RestrictProfilingToAdminUsers=0), "
-            "and set KINETO_LOG_LEVEL=0 before the first profile to see CUPTI's own message.")
+        raise RuntimeError(f"{launches} kernel launches but no kernel traced: CUPTI failed. Close "
+                           "other profilers, allow profiling (NVreg_RestrictProfilingToAdminUsers"
+                           "=0); KINETO_LOG_LEVEL=0 shows CUPTI's message.")
 
 
 def _parsed(trace: dict | str | os.PathLike) -> list[tuple[TimelineEvent, object]]:
-    # Every bar of the trace, with the correlation id that ties a launch to its kernel or copy.
+    # Each bar, with the correlation id that ties a launch to its kernel or copy.
     if isinstance(trace, (str, os.PathLike)):
         trace = json.loads(pathlib.Path(trace).read_text(encoding="utf-8"))
     if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
@@ -112,16 +105,13 @@ def _parsed(trace: dict | str | os.PathLike) -> list[tuple[TimelineEvent, object
     parsed = []
     for ev in sorted(bars, key=lambda ev: ev["ts"]):
         kind, args = KINDS[ev["cat"]], ev.get("args", {})
-        if kind in ("kernel", "copy"):
-            lane = (f"cuda:{args.get('device', ev.get('pid'))} stream "
-                    f"{args.get('stream', ev.get('tid'))}")
-        else:
-            lane = f"CPU thread {threads.setdefault(ev.get('tid'), len(threads))}"
+        device, stream = args.get("device", ev.get("pid")), args.get("stream", ev.get("tid"))
+        lane = (f"cuda:{device} stream {stream}" if kind in ("kernel", "copy")
+                else f"CPU thread {threads.setdefault(ev.get('tid'), len(threads))}")
         if kind == "launch" and "Synchronize" in ev["name"]:
             kind = "wait"  # cudaDeviceSynchronize and the like: the thread waits for the device
-        event = TimelineEvent(ev["name"], lane, (ev["ts"] - t0) * 1e-6, ev.get("dur", 0) * 1e-6,
-                              kind)
-        parsed.append((event, args.get("correlation")))
+        parsed.append((TimelineEvent(ev["name"], lane, (ev["ts"] - t0) * 1e-6,
+                                     ev.get("dur", 0) * 1e-6, kind), args.get("correlation")))
     return parsed
 
 
@@ -150,7 +140,7 @@ def launch_stacks(trace: dict | str | os.PathLike) -> dict[TimelineEvent, list[T
             if ev.kind in ("kernel", "copy") and (launch := launches.get(corr))}
 
 
-def record_timeline(fn: Callable[[], object], devices: Iterable[torch.device | str] | None = None,
+def record_timeline(fn: Callable[[], object], devices: Devices = None,
                     trace_path: str | os.PathLike | None = None) -> list[TimelineEvent]:
     """Profile one call of fn; return its top-level events per CPU thread and device stream."""
     return trace_events(profile_trace(fn, devices, trace_path))
@@ -167,7 +157,7 @@ def _covered(spans: Iterable[tuple[float, float]]) -> float:
 
 def busy_time(events: Iterable[TimelineEvent]) -> dict[str, float]:
     """Seconds each lane was busy (overlapping events on one lane are counted once)."""
-    spans: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    spans = defaultdict(list)
     for ev in events:
         spans[ev.lane].append((ev.start, ev.end))
     return {lane: _covered(items) for lane, items in spans.items()}

@@ -96,7 +96,6 @@ class Measurement:
     band = property(lambda self: Band.of(self.warm),
                     doc="Median seconds per call, and the interquartile range of the runs.")
     median = property(lambda self: self.band.value, doc="Median warm seconds per call.")
-    spread = property(lambda self: self.band.spread, doc="Half the IQR relative to the median.")
     best = property(lambda self: min(self.warm), doc="The least disturbed run's seconds per call.")
 
     def __str__(self) -> str:
@@ -159,13 +158,10 @@ def measure(fn: Callable[[], object], name: str = "", *, devices: Devices = None
     setup = whole_number(setup, "measure(): setup (calls timed apart after the first)", 0)
     cold, *calls = [_time_once(fn, devices, clock) for _ in range(1 + setup)]
 
-    def read() -> float:  # Timer's clock: wait for the devices, then read ours
-        synchronize(devices)
-        return clock()
-
     # Timer groups calls into runs until its clock's own cost is below 1e-4 of a run: a clock
     # that needs no waiting keeps single calls of a millisecond apart.
-    timer = Timer("fn()", globals={"fn": fn}, timer=read if devices else clock,
+    read = (lambda: synchronize(devices) or clock()) if devices else clock
+    timer = Timer("fn()", globals={"fn": fn}, timer=read,
                   num_threads=torch.get_num_threads())
     runs = timer.adaptive_autorange(spread, min_run_time=min(0.05, seconds / 4),
                                     max_run_time=seconds)

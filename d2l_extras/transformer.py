@@ -21,8 +21,7 @@ class CharText:
     def __init__(self, text: str) -> None:
         n_val = len(text) // 10
         if n_val < 2:
-            raise ValueError(f"a text of {len(text)} characters is too short to split into "
-                             f"training and validation parts of at least 2 characters each")
+            raise ValueError(f"a text of {len(text)} characters is too short: use 20 or more")
         self.text, self.vocab = text, sorted(set(text))
         self._index = {ch: i for i, ch in enumerate(self.vocab)}
         # In order: the validation part is the end of the text, never seen in training.
@@ -41,8 +40,8 @@ class CharText:
     def decode(self, ids: torch.Tensor | list[int]) -> str:
         """The string of a sequence of ids (a 1-d tensor or a list of ints)."""
         ids = torch.as_tensor(ids).tolist()  # a 1-d sequence of ints gives a list of ints
-        if not (isinstance(ids, list) and all(type(i) is int for i in ids)
-                and all(0 <= i < len(self.vocab) for i in ids)):
+        if not (isinstance(ids, list) and all(type(i) is int and 0 <= i < len(self.vocab)
+                                              for i in ids)):
             raise ValueError("decode() needs a 1-d sequence of integer ids in the vocabulary "
                              f"(0..{len(self.vocab) - 1}), got {str(ids)[:60]}")
         return "".join(self.vocab[i] for i in ids)
@@ -50,13 +49,13 @@ class CharText:
     def batch(self, batch_size: int, seq_len: int, generator: torch.Generator
               ) -> tuple[torch.Tensor, torch.Tensor]:
         """Random training windows (X, Y) of shape (batch_size, seq_len); Y is X shifted by one."""
-        batch_size, seq_len = whole_number(batch_size, "batch_size"), whole_number(seq_len, "seq_len")
+        batch_size = whole_number(batch_size, "batch_size")
+        seq_len = whole_number(seq_len, "seq_len")
         if not isinstance(generator, torch.Generator):
-            raise TypeError("batch() needs a torch.Generator (torch.Generator().manual_seed(0)), "
-                            f"got {type(generator).__name__}")
+            raise TypeError(f"batch() needs a torch.Generator, got {type(generator).__name__}")
         if seq_len >= len(self.train):
-            raise ValueError(f"seq_len {seq_len} needs more than the {len(self.train)} characters "
-                             f"of the training text; use seq_len < {len(self.train)}")
+            raise ValueError(f"seq_len {seq_len} needs more than the {len(self.train)} training "
+                             f"characters; use seq_len < {len(self.train)}")
         starts = torch.randint(0, len(self.train) - seq_len, (batch_size,), generator=generator,
                                device=generator.device)
         windows = self.train[starts.cpu()[:, None] + torch.arange(seq_len + 1)]
@@ -70,9 +69,7 @@ def load_text(name: str = "timemachine", max_chars: int | None = None) -> CharTe
     if name not in names:
         raise ValueError(f"no text {name!r}; available: {', '.join(names)}")
     text = (folder / f"{name}.txt").read_text(encoding="utf-8")
-    if max_chars is not None:
-        text = text[:whole_number(max_chars, "max_chars")]
-    return CharText(text)
+    return CharText(text if max_chars is None else text[:whole_number(max_chars, "max_chars")])
 
 
 class CausalSelfAttention(nn.Module):
@@ -81,10 +78,9 @@ class CausalSelfAttention(nn.Module):
     def __init__(self, d_model: int, n_heads: int, seq_len: int) -> None:
         super().__init__()
         self.n_heads = n_heads
-        self.qkv = nn.Linear(d_model, 3 * d_model)
-        self.proj = nn.Linear(d_model, d_model)
-        mask = torch.ones(seq_len, seq_len, dtype=torch.bool).tril()
-        self.register_buffer("mask", mask, persistent=False)
+        self.qkv, self.proj = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model)
+        self.register_buffer("mask", torch.ones(seq_len, seq_len, dtype=torch.bool).tril(),
+                             persistent=False)
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """softmax(q k^T / sqrt(d) + causal mask) v, written out (FlashAttention fuses it)."""
@@ -126,8 +122,7 @@ class TinyGPT(nn.Module):
             whole_number(value, what)
         if d_model % n_heads:
             raise ValueError(f"d_model ({d_model}) must be a multiple of n_heads ({n_heads})")
-        self.checkpoint = whole_number(checkpoint, "checkpoint", minimum=0)
-        self.seq_len = seq_len
+        self.checkpoint, self.seq_len = whole_number(checkpoint, "checkpoint", minimum=0), seq_len
         self.tok_emb = nn.Embedding(vocab_size, d_model)
         self.pos_emb = nn.Embedding(seq_len, d_model)
         self.blocks = nn.ModuleList(Block(d_model, n_heads, seq_len) for _ in range(n_layers))
@@ -161,9 +156,8 @@ def lm_loss(model: nn.Module, X: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.flatten(0, 1).float(), Y.flatten())
 
 
-# (d_model, n_heads, n_layers, seq_len, batch, steps) per device kind and profile. The CPU's are
-# tiny (the class profile runs in about a minute with compile time); the GPU's `full` is GPT-2
-# small's shape (nanoGPT) at seq 256, whose larger batch fills a large GPU.
+# (d_model, n_heads, n_layers, seq_len, batch, steps) per device kind and profile: the CPU's tiny,
+# the GPU's `full` GPT-2 small's shape (nanoGPT) at seq 256.
 _SHAPES = {
     "cpu": {"ci": (64, 4, 2, 64, 16, 40), "class": (64, 4, 2, 64, 32, 60),
             "full": (256, 8, 4, 128, 32, 1000)},
@@ -181,8 +175,7 @@ def training_bytes(d_model: int, n_heads: int, n_layers: int, seq_len: int,
     """Bytes one float32 Adam training step of TinyGPT holds, over-estimated for sizing."""
     params = 12 * n_layers * d_model ** 2 + (seq_len + 2 * _VOCAB) * d_model
     # Weights, gradients, Adam's two moments; per layer and sequence about 24 (T x d) float32
-    # tensors (LayerNorms, q k v, the MLP, residuals) and 3 (heads x T x T) ones (scores, mask,
-    # softmax), plus the logits, their log-softmax and gradient. Backward adds about one layer.
+    # tensors and 3 (heads x T x T) ones, plus the logits, their log-softmax and gradient.
     layer = 4 * (24 * seq_len * d_model + 3 * n_heads * seq_len ** 2)
     return 16 * params + batch * ((n_layers + 1) * layer + 3 * 4 * seq_len * _VOCAB)
 
@@ -197,8 +190,7 @@ def capstone_sizes(device: torch.device | str, *, budget: int | None = None,
     keys = ("d_model", "n_heads", "n_layers", "seq_len", "batch", "steps")
     if kind == "cpu" and budget is None:
         return dict(zip(keys, _SHAPES["cpu"][prof]))
-    # With a budget (bytes, to size any GPU anywhere) or on a GPU: the profile's shape, else
-    # smaller ones, with the largest batch that fits _FRACTION of free memory.
+    # With a budget (bytes) or on a GPU: the largest shape up to the profile's that fits.
     shapes, start = list(_SHAPES[kind].values()), PROFILES.index(prof)
     free = free_memory(device) if budget is None else budget
     for d, h, L, T, wanted, _ in reversed(shapes[:start + 1]):
@@ -208,5 +200,5 @@ def capstone_sizes(device: torch.device | str, *, budget: int | None = None,
         if room >= GROWTH * _MIN_BATCH * per_sequence:
             batch = min(wanted, room // (GROWTH * per_sequence))
             return dict(zip(keys, (d, h, L, T, batch, shapes[start][5])))
-    raise ValueError(f"even the smallest capstone model does not fit in 60% of the free memory "
-                     f"of {device}; free memory (close other notebooks) or use the CPU")
+    raise ValueError(f"the smallest capstone model does not fit on {device}: close other "
+                     "notebooks or use the CPU")

@@ -60,7 +60,7 @@ def test_measure_separates_cold_from_warm():
     m = dx.measure(clock.work, "work", clock=clock, max_time=1.0)
     assert m.name == "work" and m.cold == 5.0 and m.number == 1
     assert len(m.warm) >= 4 and m.warm == pytest.approx([0.1] * len(m.warm))
-    assert m.median == pytest.approx(0.1) and m.spread == 0
+    assert m.median == pytest.approx(0.1) and m.band.spread == 0
     # no spread: Timer stops after its minimum of 4 runs (and one call to size a run)
     assert clock.calls == 1 + 1 + 4
     assert str(m) == "work: first call 5 s, then 100 ms ±<1% per call (4 runs)"
