@@ -1,11 +1,7 @@
-"""The capstone's DDP worker: train the character-level TinyGPT in k processes (torchrun).
+"""The capstone's DDP worker: k processes train TinyGPT, each on its slice of one global batch.
 
-Every process draws the same global batches and trains on its slice, so k processes take one
-process's steps. Then it times a pass with and without the allreduce (ddp.time_comm), and an
-allreduce of the gradients alone (busbw). From a notebook: dx.launch("d2l_extras.capstone", 2);
-from a terminal (without torchrun, it trains in this one process):
-    python -m d2l_extras.distributed --nproc-per-node=2 -m d2l_extras.capstone --steps 20
-"""
+From a notebook: dx.launch("d2l_extras.capstone", 2); without torchrun it trains in this process:
+    python -m d2l_extras.distributed --nproc-per-node=2 -m d2l_extras.capstone --steps 20"""
 from __future__ import annotations
 
 import argparse
@@ -26,8 +22,7 @@ from .ring import bus_bandwidth
 from .timing import Benchmark, measure_interleaved
 from .transformer import TinyGPT, lm_loss, load_text
 
-# TinyGPT's only buffers are constant causal masks: DDP's broadcast of them at every forward
-# would change nothing. torch 2.15 renames the switch forward_sync_buffers.
+# TinyGPT's only buffers are constant causal masks: no broadcast at every forward (renamed in 2.15)
 _NO_BUFFER_SYNC = ({"forward_sync_buffers": False} if "forward_sync_buffers"
                    in inspect.signature(DistributedDataParallel).parameters
                    else {"broadcast_buffers": False})
@@ -64,7 +59,7 @@ def train(args: argparse.Namespace) -> dict:
         torch.set_num_threads(args.threads)
     rank, world, device = init_worker(args.timeout)
     per = per_process_batch(args.batch_size, world)
-    pids: list = [None] * world
+    pids: list = [None] * world  # which processes took part: a check that k really ran
     dist.all_gather_object(pids, os.getpid())
     text = load_text()
     torch.manual_seed(args.seed)  # DDP also broadcasts rank 0's weights when it wraps
@@ -81,8 +76,7 @@ def train(args: argparse.Namespace) -> dict:
     def train_step(X: torch.Tensor, Y: torch.Tensor, sync: bool = True) -> torch.Tensor:
         opt.zero_grad(set_to_none=True)
         with contextlib.nullcontext() if sync else model.no_sync():  # no_sync: no allreduce
-            loss = lm_loss(model, X, Y)
-            loss.backward()  # DDP averages the gradients over the processes here
+            (loss := lm_loss(model, X, Y)).backward()  # DDP averages the gradients here
         opt.step()
         return loss.detach()
 
@@ -105,12 +99,10 @@ def train(args: argparse.Namespace) -> dict:
         if world > 1:  # the ring's bus bandwidth at the gradients' size
             result.update(allreduce_s=comm["allreduce_s"],
                           busbw=bus_bandwidth(grad_bytes, comm["allreduce_s"], world)[1])
-    # Every process takes this step (its allreduce needs them all); each measures its own peak
-    # above what it held before (the model and Adam's state).
+    # every process takes it (its allreduce needs all); the peak is above the model and Adam's
     result["peak_bytes"] = peak_memory(lambda: train_step(X, Y), device)
     if args.share > 1:  # a whole step on B/share, nothing sent: t_compute(B/k) for k=share
         Xs, Ys = batch(args.steps + 1, slice(0, max(1, args.batch_size // args.share)))
-        # The first call (new shapes) is timed apart; a fixed number of runs after it.
         result["share_runs"] = measure_interleaved(
             {"share": lambda: train_step(Xs, Ys, sync=False)}, devices=[device],
             runs=max(4, args.comm_steps))["share"].warm

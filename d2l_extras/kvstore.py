@@ -1,7 +1,6 @@
 """A sharded (key, value) parameter store with push and pull on torch.distributed (d2l 12.7.4).
 
-Run as a torchrun worker (see README), it trains through the store: --task compare, see --help.
-"""
+As a torchrun worker (python -m d2l_extras.kvstore --help) it trains through the store."""
 from __future__ import annotations
 
 import argparse
@@ -10,14 +9,14 @@ import errno
 import json
 import os
 import pathlib
-import re
+from functools import partial
 from typing import Mapping, Sequence
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from .checks import positive_number, whole_number
+from .checks import option, positive_number, whole_number
 from .distributed import init_worker, run_worker, wait_for
 from .timing import measure_interleaved
 
@@ -46,7 +45,7 @@ class KVStore:
         if not dist.is_initialized():
             raise RuntimeError("KVStore needs dx.init_worker() first (in a worker of dx.launch)")
         self.lr = None if lr is None else positive_number(lr, "lr (None: plain aggregation)")
-        # A pull may return a version up to max_staleness updates old (at random).
+        # a pull may serve a version up to max_staleness updates old (at random)
         self.max_staleness = whole_number(max_staleness, "max_staleness", minimum=0)
         self.timeout = datetime.timedelta(seconds=positive_number(timeout_s, "timeout_s"))
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
@@ -96,14 +95,13 @@ class KVStore:
             if owner != self.rank:
                 ops.append(dist.P2POp(dist.isend, value, owner, tag=tag))
                 continue
-            bufs = inbox[key] = [torch.empty_like(value) for _ in range(self.world)]
-            bufs[self.rank] = value
+            inbox[key] = [value if r == self.rank else torch.empty_like(value)
+                          for r in range(self.world)]
             ops += [dist.P2POp(dist.irecv, buf, r, tag=tag)
-                    for r, buf in enumerate(bufs) if r != self.rank]
+                    for r, buf in enumerate(inbox[key]) if r != self.rank]
         self._run(ops)
         for key, bufs in inbox.items():
-            total = sum(bufs[1:], bufs[0].clone())  # in rank order: the same sum on every run
-            history = self._history[key]
+            total, history = sum(bufs[1:], bufs[0].clone()), self._history[key]  # in rank order
             history.append(total if self.lr is None else history[-1] - self.lr * total / self.world)
             del history[:-(self.max_staleness + 1)]
 
@@ -129,34 +127,33 @@ class KVStore:
 
     def save(self, directory: str, step: int) -> None:
         """Checkpoint every shard at `step`, then commit it (collective; atomic on each rank)."""
-        os.makedirs(directory, exist_ok=True)
+        (folder := pathlib.Path(directory)).mkdir(parents=True, exist_ok=True)
         values = {k: h[-1].cpu() for k, h in self._history.items()}
-        _atomic_write(os.path.join(directory, f"shard-{self.rank}-step{step}.pt"), lambda f:
+        _atomic_write(folder / f"shard-{self.rank}-step{step}.pt", lambda f:
                       torch.save({"step": step, "world": self.world, "values": values}, f))
         dist.barrier()  # every shard of this step is on disk
         if self.rank == 0:  # the commit record is what makes the step count (acknowledged)
-            _atomic_write(os.path.join(directory, COMMIT_FILE),
-                          lambda f: f.write(json.dumps({"step": step}).encode()))
-            with open(os.path.join(directory, ACK_LOG), "ab", buffering=0) as log:
+            commit = json.dumps({"step": step}).encode()
+            _atomic_write(folder / COMMIT_FILE, lambda f: f.write(commit))
+            with open(folder / ACK_LOG, "ab", buffering=0) as log:
                 log.write(f"{step}\n".encode())
                 os.fsync(log.fileno())
         dist.barrier()  # nobody deletes an old shard before the new step is committed
-        for old in pathlib.Path(directory).glob(f"shard-{self.rank}-step*.pt"):
+        for old in folder.glob(f"shard-{self.rank}-step*.pt"):
             if int(old.stem.rpartition("step")[2]) < step:
                 old.unlink()
 
     def load(self, directory: str) -> int:
         """Load this rank's shard of the last committed step; return that step (0: none)."""
-        if self.rank == 0 and os.path.isdir(directory):  # no rank writes before rank 0 is done
-            for name in os.listdir(directory):  # what a crash of an earlier run left half-written
-                if re.fullmatch(rf".+{re.escape(TEMP_MARK)}\d+", name):
-                    os.remove(os.path.join(directory, name))
-        step = committed_step(directory)
-        if step is None:
+        if self.rank == 0:  # remove what a crash of an earlier run left half-written
+            for tmp in pathlib.Path(directory).glob(f"?*{TEMP_MARK}*"):
+                if tmp.name.rpartition(TEMP_MARK)[2].isdecimal():
+                    tmp.unlink()
+        if (step := committed_step(directory)) is None:
             return 0
         path = os.path.join(directory, f"shard-{self.rank}-step{step}.pt")
         state = torch.load(path, map_location=self.device, weights_only=True)
-        if state["world"] != self.world or set(state["values"]) != set(self._history):
+        if (state["world"], set(state["values"])) != (self.world, set(self._history)):
             raise RuntimeError(f"{path} holds keys {sorted(state['values'])} of {state['world']} "
                                f"processes; this rank of {self.world} owns {sorted(self._history)}")
         self._history.update({key: [value] for key, value in state["values"].items()})
@@ -245,7 +242,8 @@ def _params(net: nn.Module) -> dict[str, list]:
     return {name: p.detach().cpu().reshape(-1).tolist() for name, p in net.named_parameters()}
 
 
-def _setup(args, device, **store_options) -> tuple:
+def _setup(args, **store_options) -> tuple:
+    device = init_worker(args.timeout)[2]  # joins the group on the first call
     X, y = (t.to(device) for t in make_problem(args.seed))
     net = make_net(args.seed).to(device)
     store = KVStore(lr=args.lr, timeout_s=args.timeout, device=device, **store_options)
@@ -254,13 +252,13 @@ def _setup(args, device, **store_options) -> tuple:
     return X, y, net, store
 
 
-def task_compare(args, device) -> dict:
+def task_compare(args) -> dict:
     """Train through the store (synchronous) and with allreduce; both weights and step times."""
     # In turns, after a barrier, each trains a warm-up chunk, then timed ones (*_runs: s/step).
-    X, y, net, store = _setup(args, device)
-    ref = make_net(args.seed).to(device)
+    X, y, net, store = _setup(args)
+    ref = make_net(args.seed).to(store.device)
     size = max(1, args.steps // COMPARE_CHUNKS)
-    done = {"store": 0, "allreduce": 0}   # steps each has trained so far
+    done = {"store": 0, "allreduce": 0}  # steps each has trained so far
 
     def chunk(how: str, end: int | None = None) -> None:
         start, done[how] = done[how], end or min(done[how] + size, args.steps)
@@ -274,20 +272,21 @@ def task_compare(args, device) -> dict:
                     with torch.no_grad():
                         p -= args.lr * grad / store.world
 
-    timed = measure_interleaved({h: lambda h=h: chunk(h) for h in done}, before=dist.barrier,
-                                devices=[device], runs=max(1, min(args.steps, COMPARE_CHUNKS) - 1))
-    for how in done:   # the steps that no chunk took
+    timed = measure_interleaved({h: partial(chunk, h) for h in done}, devices=[store.device],
+                                runs=max(1, min(args.steps, COMPARE_CHUNKS) - 1),
+                                before=dist.barrier)
+    for how in done:  # the steps that no chunk took
         chunk(how, args.steps)
     return {"world": store.world, "backend": dist.get_backend(), "owners": store.owners(),
             "store": _params(net), "allreduce": _params(ref),
             **{f"{how}_runs": [t / size for t in m.warm] for how, m in timed.items()}}
 
 
-def task_staleness(args, device) -> dict:
+def task_staleness(args) -> dict:
     """Train through stores whose pulls may be up to tau updates old, for each --staleness."""
     curves, served = {}, {}
     for tau in args.staleness:
-        X, y, net, store = _setup(args, device, max_staleness=tau, seed=args.seed)
+        X, y, net, store = _setup(args, max_staleness=tau, seed=args.seed)
         curves[str(tau)] = train_kvstore(store, net, X, y, args.steps, args.batch,
                                          seed=args.seed, eval_every=args.eval_every)
         ages = store.versions_served  # how old the weights served to rank 0 were (0: newest)
@@ -295,9 +294,9 @@ def task_staleness(args, device) -> dict:
     return {"world": store.world, "curves": curves, "served": served}
 
 
-def task_fault(args, device) -> dict:
+def task_fault(args) -> dict:
     """Checkpointed store training that resumes from --workdir; one rank may crash once."""
-    X, y, net, store = _setup(args, device)
+    X, y, net, store = _setup(args)
     start = store.load(args.workdir)
     mark = pathlib.Path(args.workdir, KILLED_MARK)
     for step in range(start, args.steps):
@@ -317,7 +316,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", choices=sorted(tasks), nargs="+", default=["compare"],
                         help="one or more tasks, run in this order")
-    parser.add_argument("--staleness", type=int, nargs="+", default=[0, 4, 16])
+    parser.add_argument("--staleness", type=option(partial(whole_number, minimum=0), int),
+                        nargs="+", default=[0, 4, 16], help="0: always the newest weights")
     parser.add_argument("--workdir", help="checkpoints (task fault)")
     defaults = {"--steps": 60, "--batch": 32, "--lr": 0.5, "--seed": 0, "--eval-every": 5,
                 "--ckpt-every": 10, "--kill-at": -1, "--kill-rank": 1, "--timeout": 60.0}
@@ -327,14 +327,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if "fault" in args.task and not args.workdir:
         parser.error("--task fault needs --workdir (where the shards are checkpointed)")
-    if any(tau < 0 for tau in args.staleness):
-        parser.error("--staleness takes whole numbers >= 0 (0: always the newest weights)")
-
-    def work() -> dict:
-        device = init_worker(args.timeout)[2]
-        return {task: tasks[task](args, device) for task in args.task}
-
-    run_worker(work)
+    run_worker(lambda: {task: tasks[task](args) for task in args.task})
 
 
 if __name__ == "__main__":

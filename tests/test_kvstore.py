@@ -252,7 +252,7 @@ def test_a_crash_between_write_and_rename_is_cleaned_up_by_the_restart(
 
 
 @pytest.mark.parametrize("argv, match", [(["--task", "fault"], "needs --workdir"),
-                                         (["--staleness", "4", "-1"], "whole numbers >= 0")])
+                                         (["--staleness", "4", "-1"], "whole number >= 0")])
 def test_bad_worker_arguments_are_refused_with_what_to_do(argv, match, capsys):
     with pytest.raises(SystemExit):
         kv.main(argv)
