@@ -1,8 +1,7 @@
-"""Train the small ResNet-18 with DistributedDataParallel (DDP), one process per device.
+"""Train the small ResNet-18 with DDP, one process per device (NCCL if each has a GPU, else gloo).
 
-NCCL when every process has its own GPU, else gloo on the CPU; rank 0 prints a line per epoch and
-saves a result dict. Without torchrun it trains in this one process. With 2 processes, and on 2
-machines with 4 GPUs each (--node-rank=1 on the other one; the port must be open):
+Rank 0 prints a line per epoch and saves a result dict; without torchrun it trains alone. With 2
+processes, and on 2 machines with 4 GPUs each (--node-rank=1 on the other; the port must be open):
     python -m d2l_extras.distributed --nproc-per-node=2 -m d2l_extras.ddp --epochs 2
     python -m torch.distributed.run --nnodes=2 --node-rank=0 --nproc-per-node=4 \\
         --master-addr=10.0.0.1 --master-port=29500 -m d2l_extras.ddp --epochs 10
@@ -21,11 +20,10 @@ from typing import Callable, Sequence
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.nn.functional import all_reduce
+from torch.distributed.nn.functional import all_gather, all_reduce
 from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import DataLoader, Dataset, Subset
-from torch.utils.data.distributed import DistributedSampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 
 from .bands import Band
 from .checks import option, positive_number, whole_number
@@ -48,14 +46,13 @@ class GlooSyncBatchNorm2d(nn.BatchNorm2d):
             return super().forward(X)
         C, shape = X.shape[1], (1, X.shape[1], 1, 1)
         count = torch.full((1,), X.numel() // C, dtype=X.dtype, device=X.device)
-        # A sum that autograd knows: the gradient of each input is a sum over the processes too.
+        # autograd's all_reduce: each input's gradient is summed over the processes too
         stats = all_reduce(torch.cat([X.sum((0, 2, 3)), (X * X).sum((0, 2, 3)), count]))
         n = stats[-1]
         mean = stats[:C] / n
         var = stats[C:2 * C] / n - mean * mean  # the biased variance normalizes, as in BatchNorm
         with torch.no_grad():
-            self.num_batches_tracked += 1
-            # momentum=None means a cumulative average, as in nn.BatchNorm2d.
+            self.num_batches_tracked += 1  # momentum None: a cumulative average, as BatchNorm2d
             m = self.momentum if self.momentum is not None else 1 / self.num_batches_tracked.item()
             self.running_mean.lerp_(mean, m)
             self.running_var.lerp_(var * n / (n - 1).clamp(min=1), m)
@@ -67,13 +64,9 @@ def sync_batchnorm(net: nn.Module, device: torch.device) -> nn.Module:
     """Make every BatchNorm2d share its statistics across processes (GPU: nn.SyncBatchNorm)."""
     if device.type == "cuda":
         return nn.SyncBatchNorm.convert_sync_batchnorm(net)
-    for name, child in net.named_children():
-        if isinstance(child, nn.BatchNorm2d) and not isinstance(child, GlooSyncBatchNorm2d):
-            synced = GlooSyncBatchNorm2d(child.num_features, child.eps, child.momentum)
-            synced.load_state_dict(child.state_dict())
-            setattr(net, name, synced)
-        else:
-            sync_batchnorm(child, device)
+    for module in net.modules():
+        if isinstance(module, nn.BatchNorm2d):  # the same state, a forward that syncs
+            module.__class__ = GlooSyncBatchNorm2d
     return net
 
 
@@ -86,10 +79,8 @@ def parser(module: str, doc: str, options: Sequence[tuple]) -> argparse.Argument
     p = argparse.ArgumentParser(prog=f"python -m {module}", description=doc,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     for name, kind, default, text in options:
-        if kind is bool:
-            p.add_argument(f"--{name}", action="store_true", help=text)
-        else:
-            p.add_argument(f"--{name}", type=kind, default=default, help=text)
+        how = {"action": "store_true"} if kind is bool else {"type": kind, "default": default}
+        p.add_argument(f"--{name}", help=text, **how)
     return p
 
 
@@ -97,18 +88,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Parse the command line; unset sizes come from the D2L_PROFILE profile."""
     n_train, n_test = default_sizes()
     p = parser("d2l_extras.ddp", __doc__, (
-        ("epochs", WHOLE, by_profile(3, 5, 10), None),
+        ("epochs", WHOLE, by_profile(3, 5, 10), None), ("seed", int, 0, None),
         ("batch-size", WHOLE, by_profile(64, 128, 256), "global, split over the processes"),
         ("lr", float, 0.02, None),
         ("momentum", float, 0.9, "SGD momentum (0: the book's SGD, many more epochs)"),
         ("width", WHOLE, by_profile(16, 32, 64), "channels of ResNet-18's first stage"),
-        ("n-train", WHOLE, n_train, None),
-        ("n-test", WHOLE, n_test, None),
-        ("bucket-mb", option(positive_number), 25.0,
-         "DDP's gradient buckets in MB (default: torch's)"),
+        ("n-train", WHOLE, n_train, None), ("n-test", WHOLE, n_test, None),
+        ("bucket-mb", option(positive_number), 25.0, "gradient buckets in MB (torch's default)"),
         ("threads", int, 0, "CPU threads per process (0: torch's default)"),
-        ("seed", int, 0, None),
-        ("max-steps", int, 0, "stop after this many steps (0: none)"),
+        ("max-steps", COUNT, 0, "stop after this many steps (0: none)"),
         ("time-comm", COUNT, 0, "after training, time N passes with "
          "and N without (no_sync) gradient sync, and N allreduces alone: result['comm']"),
         ("timeout", float, 300, "seconds any process waits for the others"),
@@ -135,17 +123,14 @@ def run_sizes(device: str, budget: int | None = None) -> list[str]:
 
 def run_plan(n_gpus: int, batch_size: int, budget: int | None = None) -> SimpleNamespace:
     """Plan 1 vs k processes: n_gpus (>= 2) with ddp_batch each, else 2 CPU ones on batch_size."""
-    # k processes share a global batch_size of k x per_process on device ("cuda": one NCCL
-    # process per GPU; "cpu": gloo, 1 thread each), with args and env for the 1- and k-process
-    # runs, sized for that device; `budget` (bytes) is its free memory.
+    # args and env of the 1- and k-process runs, sized for their device of `budget` free bytes
     n_gpus = whole_number(n_gpus, "n_gpus", minimum=0)
     per_gpu = problem_size("ddp_batch", "cuda", budget=budget) if n_gpus else 0
-    if worker_device(max(n_gpus, 2), n_gpus=n_gpus).type == "cuda":  # a GPU for every process
+    if worker_device(max(n_gpus, 2), n_gpus=n_gpus).type == "cuda":  # one NCCL process per GPU
         k, batch, device, args, env, gpu_args = n_gpus, n_gpus * per_gpu, "cuda", [], {}, []
-    else:  # 2 CPU processes with one thread each (a core stands in for a device), even beside
-        # one GPU (gpu_alone), whose single process is then timed apart with gpu_args.
-        k, batch, device, args = 2, even_batch_size(batch_size, 2), "cpu", ["--threads", "1"]
-        env = {"D2L_BACKEND": "gloo"}
+    else:  # 2 gloo processes of a thread each, even beside one GPU, whose run is timed apart
+        k, batch, device, env = 2, even_batch_size(batch_size, 2), "cpu", {"D2L_BACKEND": "gloo"}
+        args = ["--threads", "1"]
         alone = worker_device(1, n_gpus=n_gpus).type == "cuda"
         gpu_args = [*run_sizes("cuda", budget), "--batch-size", str(per_gpu)] if alone else []
     args += run_sizes(device, budget)
@@ -161,8 +146,7 @@ def shard_loaders(train_set: Dataset, test_set: Dataset, batch_size: int, world:
     per_process_batch(batch_size, world)
     if not 0 <= rank < world:
         raise ValueError(f"rank must be in 0..{world - 1}, got {rank}")
-    # The sampler reshuffles per epoch (set_epoch) and pads so every rank gets ceil(N / world);
-    # the test set is split without padding, so no image is counted twice.
+    # The sampler pads so each rank gets ceil(N / world); the test set is split without padding.
     sampler = DistributedSampler(train_set, world, rank, shuffle=True, seed=seed)
     loader = DataLoader(train_set, batch_size // world, sampler=sampler, pin_memory=pin_memory)
     test = DataLoader(Subset(test_set, range(rank, len(test_set), world)), batch_size // world)
@@ -181,25 +165,21 @@ def no_sync_check(device: torch.device, micro_batch: int = 4, seed: int = 0) -> 
     net = copy.deepcopy(ref_net).to(device)
     F.cross_entropy(ref_net(X), y).backward()  # the whole global batch in one process
     model = DistributedDataParallel(net, device_ids=[device] if device.type == "cuda" else None)
-    mine = slice(rank * 2 * micro_batch, (rank + 1) * 2 * micro_batch)
-    X_r, y_r = X[mine].to(device), y[mine].to(device)
-    halves = (slice(0, micro_batch), slice(micro_batch, 2 * micro_batch))
+    X_r, y_r = (t.chunk(world)[rank].to(device) for t in (X, y))
+    halves = (slice(0, micro_batch), slice(micro_batch, None))
     with model.no_sync():  # backward only accumulates into .grad; no allreduce
         (F.cross_entropy(model(X_r[halves[0]]), y_r[halves[0]]) / 2).backward()
-    local = torch.cat([p.grad.flatten() for p in model.parameters()])
-    gathered = [torch.empty_like(local) for _ in range(world)]
-    dist.all_gather(gathered, local)  # after no_sync, every rank holds a different gradient
+    unsynced = all_gather(torch.cat([p.grad.flatten() for p in model.parameters()]))
     # The second micro-batch runs outside no_sync: its backward allreduces the accumulated sum.
     (F.cross_entropy(model(X_r[halves[1]]), y_r[halves[1]]) / 2).backward()
     pairs = list(zip(model.parameters(), ref_net.parameters()))
     return {"max_error": max((p.grad.cpu() - r.grad).abs().max().item() for p, r in pairs),
             "grad_scale": max(r.grad.abs().max().item() for _, r in pairs),
-            "unsynced_difference": max((g - gathered[0]).abs().max().item() for g in gathered),
+            "unsynced_difference": max((g - unsynced[0]).abs().max().item() for g in unsynced),
             "micro_batch": micro_batch, "global_batch": len(X)}
 
 
-# How names of communication begin: NCCL's kernels (ncclKernel_ before NCCL 2.19) and the
-# profiler's ops of a collective (nccl:all_reduce, gloo:broadcast, c10d::allreduce_).
+# NCCL's kernels (ncclKernel_ before NCCL 2.19) and ops (nccl:all_reduce, c10d::allreduce_...)
 _COMM_PREFIXES = ("nccl", "gloo:", "mpi:", "ucc:", "c10d::", "record_param_comms")
 # The collectives as names spell them without "_"; the longer word first (allreduce, reduce).
 _COLLECTIVES = ("allreduce", "reducescatter", "allgather", "alltoall", "broadcast", "sendrecv",
@@ -216,11 +196,10 @@ def collective(name: str) -> str | None:
 
 
 def _phase(name: str) -> str:
-    if "Backward" in name or "evaluate_function" in name or "backward" in name:
+    lower = name.lower()
+    if "backward" in lower or "evaluate_function" in lower:
         return "backward"
-    if "Optimizer" in name or "sgd" in name.lower():
-        return "optimizer"
-    return "forward"
+    return "optimizer" if "optimizer" in lower or "sgd" in lower else "forward"
 
 
 def comm_overlap(events: Sequence[dict | TimelineEvent]) -> dict:
@@ -229,9 +208,8 @@ def comm_overlap(events: Sequence[dict | TimelineEvent]) -> dict:
     backward = [ev["start"] + ev["duration"] for ev in events if ev["kind"] == "backward"]
     reduces = [(ev["start"], ev["duration"]) for ev in events if ev["kind"] == "allreduce"]
     if not backward or not reduces:
-        raise ValueError(f"the timeline needs backward and allreduce events, got "
-                         f"{len(backward)} and {len(reduces)} (was it profiled with --profile "
-                         "in 2 or more processes?)")
+        raise ValueError(f"the timeline needs backward and allreduce events, got {len(backward)} "
+                         f"and {len(reduces)}: profile a step of 2 or more processes (--profile)")
     end = max(backward)
     return {"backward_end": end, "first_allreduce": min(s for s, _ in reduces),
             "allreduces": len(reduces), "allreduce_seconds": sum(d for _, d in reduces),
@@ -252,16 +230,13 @@ def step_timeline(step: Callable[[], object], device: torch.device) -> list[dict
         if ev.lane in comm:
             return collective(ev.name)
         if ev.kind == "cpu op":
-            # What runs after the last backward op is the optimizer's update, whatever its op
-            # names. A collective called here only starts one (on gloo's threads, or on a GPU).
+            # after backward: the optimizer, whatever its op names (collectives run elsewhere)
             phase = _phase(ev.name)
             return "optimizer" if phase == "forward" and ev.start >= backward_end else phase
-        # On a GPU a collective is a kernel of its own (NCCL's), beside the compute kernels,
-        # which run later than their launch: each is the part of the step that launched it.
-        stack = stacks.get(ev, [])  # the CPU ops around its launch, outermost first
+        # a GPU kernel belongs to the CPU ops around its launch, which also name generic NCCL's
+        stack = stacks.get(ev, [])
         if collective(ev.name) is None:
             return kind(stack[0]) if stack else ev.kind
-        # A generic NCCL kernel is "communication": the op that launched it names the collective.
         names = map(collective, [ev.name, *(op.name for op in reversed(stack))])
         return next((c for c in names if c not in (None, "communication")), "communication")
 
@@ -276,27 +251,22 @@ def step_timeline(step: Callable[[], object], device: torch.device) -> list[dict
     return [asdict(replace(ev, lane=lane_name(ev.lane), kind=k)) for ev, k in zip(events, kinds)]
 
 
-def time_comm(model: DistributedDataParallel, X: torch.Tensor, y: torch.Tensor,
-              steps: int, batches: Sequence[int] = (),
-              loss: Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor] | None = None
-              ) -> dict:
+def time_comm(model: DistributedDataParallel, X: torch.Tensor, y: torch.Tensor, steps: int,
+              batches: Sequence[int] = (), loss: Callable | None = None) -> dict:
     """Time passes with and without (no_sync) gradient sync per batch, and allreduces alone."""
-    # Passes on the first b examples of (X, y) with loss(model, X, y) (default: cross-entropy).
-    # Every process calls it alike: the same collectives, each run after a barrier.
+    # Each pass: loss(model, X[:b], y[:b]); every process calls it alike (a barrier per run).
     loss = loss or (lambda model, X, y: F.cross_entropy(model(X), y))
     steps = whole_number(steps, "steps")
     batches = [whole_number(b, "each batch size") for b in batches] or [len(X)]
     if max(batches) > len(X):
         raise ValueError(f"batch {max(batches)} is larger than the {len(X)} examples given")
     device = next(model.parameters()).device
+    timed = partial(measure_interleaved, devices=[device], runs=steps, before=dist.barrier)
 
     def step(b: int, sync: bool = True) -> None:
         model.zero_grad(set_to_none=True)
         with contextlib.nullcontext() if sync else model.no_sync():  # no_sync: kept local
             loss(model, X[:b], y[:b]).backward()  # DDP allreduces in here
-
-    def timed(fns: dict) -> dict:
-        return measure_interleaved(fns, devices=[device], runs=steps, before=dist.barrier)
 
     grads = [p for p in model.parameters() if p.requires_grad]
     flat = torch.zeros(sum(p.numel() for p in grads), device=device)
@@ -304,12 +274,10 @@ def time_comm(model: DistributedDataParallel, X: torch.Tensor, y: torch.Tensor,
                  for b in batches]
     ar = timed({"allreduce": lambda: dist.all_reduce(flat)})["allreduce"]
     model.zero_grad(set_to_none=True)
-    out = {"steps": steps, "batches": batches, "allreduce_s": ar.median, "allreduce_runs": ar.warm,
-           "grad_bytes": sum(p.numel() * p.element_size() for p in grads)}
-    for key in ("sync", "no_sync"):
-        out[f"{key}_s"] = [t[key].median for t in per_batch]
-        out[f"{key}_runs"] = [t[key].warm for t in per_batch]
-    return out
+    return {"steps": steps, "batches": batches, "allreduce_s": ar.median, "allreduce_runs": ar.warm,
+            "grad_bytes": sum(p.numel() * p.element_size() for p in grads),
+            **{f"{key}_s": [t[key].median for t in per_batch] for key in ("sync", "no_sync")},
+            **{f"{key}_runs": [t[key].warm for t in per_batch] for key in ("sync", "no_sync")}}
 
 
 def train(args: argparse.Namespace) -> dict:
@@ -322,42 +290,35 @@ def train(args: argparse.Namespace) -> dict:
     dist.all_gather_object(pids, os.getpid())
     no_sync = no_sync_check(device) if args.check_no_sync else None
     # Rank 0 looks for (and may download) the data first; the others then read the same set.
-    choice = [args.data]
-    if rank == 0:
-        data = load_images(args.n_train, args.n_test, args.data, verbose=False)
-        choice = [data.name]
-        if data.fallback:  # one line when it falls back to the digits
-            notice(data.fallback)
+    data = load_images(args.n_train, args.n_test, args.data, verbose=False) if rank == 0 else None
+    choice = [data and data.name]
     dist.broadcast_object_list(choice, src=0)
     if rank:
         data = load_images(args.n_train, args.n_test, choice[0], download=False, verbose=False)
+    elif data.fallback:
+        notice(data.fallback)
     torch.manual_seed(args.seed)
-    net = resnet18(10, 1, args.width)
-    net.apply(init_weights)
+    net = resnet18(10, 1, args.width).apply(init_weights)
     if args.sync_bn and world > 1:
         net = sync_batchnorm(net, device)
-    # DDP copies rank 0's parameters and buffers to every process when it wraps the model, and
-    # sends its buffers (BatchNorm's running statistics) at every forward. In backward, each
-    # bucket of bucket_cap_mb of gradients is allreduced as soon as it is full.
+    # DDP sends rank 0's weights now and its buffers at each forward; backward allreduces buckets
     ids = [device] if device.type == "cuda" else None  # the GPU this process owns
     model = DistributedDataParallel(net.to(device), device_ids=ids,
                                     bucket_cap_mb=args.bucket_mb)
     loader, sampler, test_loader = shard_loaders(data.train, data.test, args.batch_size,
                                                  world, rank, args.seed, device.type == "cuda")
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
-    threads = torch.get_num_threads()
     if rank == 0:  # one short line: what runs where, on what
-        print(f"{world} process{'es' if world > 1 else ''} ({dist.get_backend()} on "
-              f"{device.type}, {threads} thread{'s' if threads > 1 else ''} each): "
-              f"ResNet-18 width {args.width}, batch {args.batch_size} = {world} x "
-              f"{args.batch_size // world}, {len(data.train)} {data.name} images"
-              + (", sync BN" if args.sync_bn else ""), flush=True)
+        threads = torch.get_num_threads()
+        print(f"{world} process{'es' * (world > 1)} ({dist.get_backend()} on {device.type}, "
+              f"{threads} thread{'s' * (threads > 1)} each): ResNet-18 width {args.width}, batch "
+              f"{args.batch_size} = {world} x {args.batch_size // world}, {len(data.train)} "
+              f"{data.name} images{', sync BN' * args.sync_bn}", flush=True)
     rates, test_acc, seen_total, steps = [], [], 0, 0
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)
         loss_sum = torch.zeros((), dtype=torch.float64, device=device)
-        # Counted on the host: torch.tensor(len(y), device=cuda) would wait for the stream.
-        seen = 0
+        seen = 0  # on the host: torch.tensor(len(y), device=cuda) would wait for the stream
         with Benchmark(devices=[device], verbose=False) as clock:
             for X, y in loader:
                 X, y = X.to(device, non_blocking=True), y.to(device, non_blocking=True)
@@ -368,12 +329,10 @@ def train(args: argparse.Namespace) -> dict:
                 if args.sync_every_step:
                     loss.item()  # the host waits until the device has finished this step
                 loss_sum += loss.detach().double() * len(y)  # queued on the device, no wait
-                seen += len(y)
-                steps += 1
+                seen, steps = seen + len(y), steps + 1
                 if rank == args.crash_rank:
-                    raise RuntimeError(f"rank {rank} failed on purpose after step {steps} "
-                                       "(--crash-rank)")
-                if args.max_steps and steps >= args.max_steps:
+                    raise RuntimeError(f"rank {rank} failed on purpose (--crash-rank)")
+                if steps == args.max_steps:
                     break
         tested = len(test_loader.dataset)  # this rank's share, which may be empty
         acc = evaluate_accuracy([model.module], test_loader, [device]) if tested else 0.0
@@ -388,12 +347,10 @@ def train(args: argparse.Namespace) -> dict:
             print(f"epoch {epoch + 1}/{args.epochs}: loss {loss_total / n:.3f}, test acc "
                   f"{test_acc[-1]:.3f}, {rates[-1]:.0f} samples/s ({clock.elapsed:.1f} s)",
                   flush=True)
-        if args.max_steps and steps >= args.max_steps:
+        if steps == args.max_steps:
             break
-    # The first epoch includes warm-up (allocations, cuDNN autotuning): leave it out when we can.
-    warm = rates[1:] or rates
-    with torch.no_grad():
-        param_l2 = sum(p.double().pow(2).sum() for p in model.module.parameters()).sqrt().item()
+    warm = rates[1:] or rates  # the first epoch warms up (allocations, cuDNN autotuning)
+    param_l2 = nn.utils.parameters_to_vector(model.module.parameters()).double().norm().item()
     timeline = comm = None
     if args.profile:  # one more step, after training, profiled on rank 0 (all ranks take it)
         X, y = (t.to(device) for t in next(iter(loader)))
@@ -414,6 +371,7 @@ def train(args: argparse.Namespace) -> dict:
             "param_l2": param_l2, "samples_per_s": Band.of(warm).value, "samples_per_s_runs": warm,
             "accuracy": test_acc[-1], "test_acc": test_acc, "width": args.width,
             "batch_size": args.batch_size, "bucket_mb": args.bucket_mb}
+
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: parse arguments, train, and let rank 0 save the result."""

@@ -28,7 +28,8 @@ def test_bad_arguments_are_refused():
         ddp.parse_args(["--epochs", "0"])
     with pytest.raises(SystemExit):
         ddp.parse_args(["--bucket-mb", "0"])
-    for bad in (["--time-comm", "-1"], ["--time-comm", "2", "--time-batches", "8", "0"],
+    for bad in (["--time-comm", "-1"], ["--max-steps", "-1"],
+                ["--time-comm", "2", "--time-batches", "8", "0"],
                 ["--time-batches", "8"]):  # the last: batches to time, but no steps
         with pytest.raises(SystemExit):
             ddp.parse_args(bad)
