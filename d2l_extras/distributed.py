@@ -1,4 +1,5 @@
 """torchrun from Python: timeouts, clear errors, nothing left running, loopback only on one host."""
+import collections
 import contextlib
 import datetime
 import gc
@@ -15,7 +16,6 @@ import tempfile
 import threading
 import time
 import warnings
-from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 from unittest import mock
 
@@ -52,21 +52,14 @@ def loopback_interface() -> str | None:
 
 def is_loopback(host: str) -> bool:
     """True if host is this machine only: 127.x.x.x, ::1, ::ffff:127.x.x.x or localhost."""
-    try:
+    with contextlib.suppress(ValueError):  # ::ffff:127.0.0.1 is IPv4's loopback as IPv6 shows it
         address = ipaddress.ip_address(host)
-    except ValueError:
-        return host == "localhost"
-    return (getattr(address, "ipv4_mapped", None) or address).is_loopback  # as IPv6 shows IPv4
+        return (getattr(address, "ipv4_mapped", None) or address).is_loopback
+    return host == "localhost"
 
 
-@dataclass
-class LaunchResult:
-    """What a finished run gave back: its output lines, seconds taken and rank 0's result."""
-
-    output: list[str]
-    seconds: float
-    result: Any = None
-    command: list[str] = field(default_factory=list)
+# What a finished run gave back: its output lines, seconds taken, rank 0's result, the command.
+LaunchResult = collections.namedtuple("LaunchResult", "output seconds result command")
 
 
 def torchrun_command(module: str, nproc: int, args: Sequence[str] = (), nnodes: int = 1,
@@ -74,9 +67,8 @@ def torchrun_command(module: str, nproc: int, args: Sequence[str] = (), nnodes: 
                      master_port: int | None = None) -> list[str]:
     """Return the torchrun command line (as a list) that starts `module` in nproc processes."""
     nproc = whole_number(nproc, "nproc")
-    if nnodes < 1 or not 0 <= node_rank < nnodes:
-        raise ValueError(f"need nnodes >= 1 and 0 <= node_rank < nnodes, "
-                         f"got nnodes={nnodes}, node_rank={node_rank}")
+    if not 0 <= node_rank < nnodes:
+        raise ValueError(f"need 0 <= node_rank < nnodes, got {node_rank} and nnodes={nnodes}")
     if master_port is None:  # 0: none, for main below, whose store binds one itself
         master_port = free_port(master_addr if nnodes == 1 else "0.0.0.0")
     port = [f"--master-port={master_port}"] if master_port else []
@@ -217,8 +209,7 @@ def worker_device(local_world: int, local_rank: int = 0, n_gpus: int | None = No
     local_world = whole_number(local_world, "local_world")
     if not 0 <= local_rank < local_world:
         raise ValueError(f"local_rank must be in 0..{local_world - 1}, got {local_rank}")
-    # Its own GPU if each worker has one and torch has NCCL (not on Windows, macOS), else the
-    # CPU. A GPU without kernels in this build (a P100 under a cu130 wheel) is not counted.
+    # A GPU each (one this build has kernels for) where torch has NCCL (not Windows, macOS).
     gpus = _cuda_gpus()[0] if n_gpus is None else range(whole_number(n_gpus, "n_gpus", minimum=0))
     if len(gpus) >= local_world and os.environ.get("D2L_BACKEND") != "gloo" \
             and dist.is_nccl_available():
@@ -241,23 +232,20 @@ def init_worker(timeout_s: float = 60) -> tuple[int, int, torch.device]:
 
 def wait_for(work: Any, timeout: datetime.timedelta) -> None:
     """Wait for an async collective or send/recv: stream-ordered on NCCL, at most `timeout` else."""
-    # NCCL's wait(timeout) polls the GPU with 1-10 ms sleeps between polls; without one it only
-    # orders the stream (a dead peer still cannot hang: the group's own timeout aborts it).
+    # NCCL's wait(timeout) polls with 1-10 ms sleeps: none there; the group's timeout ends a hang.
     work.wait(*([] if dist.get_backend() == "nccl" else [timeout]))
 
 
 def finish_worker() -> None:
     """In a worker: leave torch.distributed (free the process group); no-op when not in one."""
-    if not dist.is_initialized():
-        return
-    group = dist.group.WORLD
-    # Before torch 2.8 (pytorch/pytorch#154976) freeing a group joined gloo's threads holding the
-    # GIL, which a thread freeing a sent tensor waits for. The backend's object frees it without.
-    backend = None
-    with contextlib.suppress(AttributeError, RuntimeError):  # NCCL only: no CPU backend
-        backend = group._get_backend(torch.device("cpu"))
-    dist.destroy_process_group()
-    del group, backend
+    if dist.is_initialized():
+        # Before torch 2.8 (pytorch/pytorch#154976) freeing a group joined gloo's threads holding
+        # the GIL, which a thread freeing a sent tensor waits for; the backend's object does not.
+        group, backend = dist.group.WORLD, None
+        with contextlib.suppress(AttributeError, RuntimeError):  # NCCL only: no CPU backend
+            backend = group._get_backend(torch.device("cpu"))
+        dist.destroy_process_group()
+        del group, backend
 
 
 def run_worker(work: Callable[[], Any]) -> None:
@@ -317,13 +305,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         if lo := loopback_interface():
             os.environ.setdefault("GLOO_SOCKET_IFNAME", lo)
             os.environ.setdefault("NCCL_SOCKET_IFNAME", "=" + lo)  # "=": exactly this one
-        try:
-            # A port picked now and bound later could be taken meanwhile: the store holds it.
+        try:  # a port picked now and bound later could be taken meanwhile: the store holds it
             store = _loopback_store(args.master_addr, int(args.master_port) if asked else 0)
         except (OSError, RuntimeError, TypeError, ValueError) as err:
             print(f"d2l_extras: torchrun's store listens on every interface ({err})", flush=True)
         if not asked:  # newer torchrun would switch to a c10d store on 0.0.0.0, older use 29500
-            port = store.port if store is not None else free_port(args.master_addr)
+            port = free_port(args.master_addr) if store is None else store.port
             argv.insert(0, f"--master-port={port}")
     torchrun.main(argv)
     del store  # served until torchrun is done

@@ -1,11 +1,6 @@
-"""Ring allreduce, chunked: reduce-scatter then all-gather (d2l section 12.7.2).
-
-Simulated with byte counts per link (`ring_allreduce`) and between processes
-(`ring_allreduce_dist`); as a torchrun worker the module benchmarks the latter:
+"""Ring allreduce (d2l 12.7.2): reduce-scatter, then all-gather; simulated and between processes:
     python -m d2l_extras.distributed --nproc-per-node=2 -m d2l_extras.ring --sizes-mb 1 4 16 64
 """
-from __future__ import annotations
-
 import argparse
 import datetime
 from dataclasses import dataclass, field
@@ -24,11 +19,10 @@ OPS = {"sum": (torch.add, torch.sum), "prod": (torch.mul, torch.prod),
        "max": (torch.maximum, torch.amax), "min": (torch.minimum, torch.amin)}
 
 
-def _check_op(op: str) -> str:
+def _op(op: str) -> tuple:
     if op not in OPS:
-        raise ValueError(f"op must be one of {', '.join(OPS)} (a commutative, associative "
-                         f"reduction), got {op!r}")
-    return op
+        raise ValueError(f"op must be one of {', '.join(OPS)} (associative reductions), got {op!r}")
+    return OPS[op]
 
 
 @dataclass
@@ -47,14 +41,13 @@ class RingStats:
 def ring_allreduce(tensors: Sequence[torch.Tensor], op: str = "sum"
                    ) -> tuple[list[torch.Tensor], RingStats]:
     """Reduce same-shaped tensors (one per node) around a ring; return the results and stats."""
-    combine = OPS[_check_op(op)][0]
-    if isinstance(tensors, torch.Tensor) or not isinstance(tensors, Sequence) or not tensors:
-        raise TypeError("ring_allreduce needs a non-empty list of tensors, one per device")
-    if not all(isinstance(t, torch.Tensor) for t in tensors):
-        raise TypeError("every element of the list must be a torch.Tensor")
+    combine = _op(op)[0]
+    if not isinstance(tensors, Sequence) or not tensors or \
+            not all(isinstance(t, torch.Tensor) for t in tensors):
+        raise TypeError("ring_allreduce needs a non-empty list of torch.Tensor, one per device")
     shape, dtype, n = tensors[0].shape, tensors[0].dtype, len(tensors)
     for i, t in enumerate(tensors):
-        if t.shape != shape or t.dtype != dtype:
+        if (t.shape, t.dtype) != (shape, dtype):
             raise ValueError(f"all tensors need the same shape and dtype: tensor 0 is "
                              f"{tuple(shape)} {dtype}, tensor {i} is {tuple(t.shape)} {t.dtype}")
     flat = [t.detach().reshape(-1).clone() for t in tensors]  # never modify the inputs
@@ -77,7 +70,7 @@ def ring_allreduce(tensors: Sequence[torch.Tensor], op: str = "sum"
 
 def reduce_reference(tensors: Sequence[torch.Tensor], op: str = "sum") -> torch.Tensor:
     """The plain reduction of the tensors on one device: what every ring node must end with."""
-    return OPS[_check_op(op)][1](torch.stack([t.to(tensors[0].device) for t in tensors]), 0)
+    return _op(op)[1](torch.stack([t.to(tensors[0].device) for t in tensors]), 0)
 
 
 def ring_allreduce_dist(tensor: torch.Tensor, timeout_s: float = 60.0) -> torch.Tensor:
@@ -86,8 +79,7 @@ def ring_allreduce_dist(tensor: torch.Tensor, timeout_s: float = 60.0) -> torch.
         raise RuntimeError("ring_allreduce_dist needs torch.distributed: call dx.init_worker() "
                            "in a process started by torchrun (dx.launch)")
     if not tensor.is_contiguous():
-        raise ValueError("ring_allreduce_dist works in place on a contiguous tensor; "
-                         "pass tensor.contiguous() and use the result")
+        raise ValueError("ring_allreduce_dist works in place: pass tensor.contiguous(), use that")
     rank, n = dist.get_rank(), dist.get_world_size()
     chunks = torch.tensor_split(tensor.view(-1), n)
     inbox = torch.empty_like(chunks[0])  # the first chunk is the largest
@@ -163,7 +155,7 @@ def benchmark(sizes_mb: Sequence[float], repeats: int = 5, timeout_s: float = 60
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Worker entry point: benchmark the ring against dist.all_reduce and hand back results."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sizes-mb", type=float, nargs="+", default=[1, 4, 16, 64])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--timeout", type=float, default=60.0)
