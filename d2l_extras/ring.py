@@ -14,17 +14,6 @@ from .distributed import init_worker, run_worker, wait_for, worker_device
 from .sizes import problem_size
 from .timing import measure_interleaved
 
-# op -> (combine two tensors, reduce a stack of them over dim 0)
-OPS = {"sum": (torch.add, torch.sum), "prod": (torch.mul, torch.prod),
-       "max": (torch.maximum, torch.amax), "min": (torch.minimum, torch.amin)}
-
-
-def _op(op: str) -> tuple:
-    if op not in OPS:
-        raise ValueError(f"op must be one of {', '.join(OPS)} (associative reductions), got {op!r}")
-    return OPS[op]
-
-
 @dataclass
 class RingStats:
     """What a simulated ring allreduce did: bytes per link (src, dst) and the steps it took."""
@@ -38,10 +27,8 @@ class RingStats:
                          for i, (phase, moves) in enumerate(self.steps, 1))
 
 
-def ring_allreduce(tensors: Sequence[torch.Tensor], op: str = "sum"
-                   ) -> tuple[list[torch.Tensor], RingStats]:
-    """Reduce same-shaped tensors (one per node) around a ring; return the results and stats."""
-    combine = _op(op)[0]
+def ring_allreduce(tensors: Sequence[torch.Tensor]) -> tuple[list[torch.Tensor], RingStats]:
+    """Sum same-shaped tensors (one per node) around a ring; return the results and stats."""
     if not isinstance(tensors, Sequence) or not tensors or \
             not all(isinstance(t, torch.Tensor) for t in tensors):
         raise TypeError("ring_allreduce needs a non-empty list of torch.Tensor, one per device")
@@ -54,7 +41,7 @@ def ring_allreduce(tensors: Sequence[torch.Tensor], op: str = "sum"
     # tensor_split also works when n does not divide the size: chunks differ by one element.
     chunks = [torch.tensor_split(f, n) for f in flat]
     stats = RingStats({(i, (i + 1) % n): 0 for i in range(n)} if n > 1 else {})
-    # Step s: node i sends chunk i-s to node i+1, which combines it with its own for n-1 steps
+    # Step s: node i sends chunk i-s to node i+1, which adds it to its own for n-1 steps
     # (reduce-scatter: node i then has chunk i+1 complete), then keeps it (all-gather).
     for s in range(2 * (n - 1)):
         gather = s >= n - 1
@@ -62,15 +49,10 @@ def ring_allreduce(tensors: Sequence[torch.Tensor], op: str = "sum"
         # The n sends of a step happen at once; in turns too, as no node sends what it gets.
         for src, dst, c in moves:
             data, target = chunks[src][c].to(flat[dst].device), chunks[dst][c]
-            target.copy_(data if gather else combine(target, data))
+            target.copy_(data if gather else target + data)
             stats.link_bytes[(src, dst)] += data.numel() * data.element_size()
         stats.steps.append(("all-gather" if gather else "reduce-scatter", moves))
     return [f.view(shape) for f in flat], stats
-
-
-def reduce_reference(tensors: Sequence[torch.Tensor], op: str = "sum") -> torch.Tensor:
-    """The plain reduction of the tensors on one device: what every ring node must end with."""
-    return _op(op)[1](torch.stack([t.to(tensors[0].device) for t in tensors]), 0)
 
 
 def ring_allreduce_dist(tensor: torch.Tensor, timeout_s: float = 60.0) -> torch.Tensor:
