@@ -33,8 +33,7 @@ def default_sizes() -> tuple[int, int]:
 
 
 def _where(n_train: int | None, n_test: int | None, root: str | os.PathLike | None):
-    # (n_train, n_test) (None: the profile's), the cache ($D2L_DATA_DIR, else
-    # ~/.cache/d2l-extras), torchvision's Fashion-MNIST folder in it.
+    # Sizes (None: the profile's), the cache and torchvision's Fashion-MNIST folder in it.
     default_train, default_test = default_sizes()
     root = pathlib.Path(root or os.environ.get(DATA_ENV, "").strip() or "~/.cache/d2l-extras")
     root = root.expanduser()
@@ -62,11 +61,6 @@ def _fashion_files(folder: pathlib.Path, suffixes=("", ".gz")) -> dict | None:
     paths = {split: [next((folder / f"{n}{x}" for x in suffixes if (folder / f"{n}{x}").exists()),
                           None) for n in names] for split, names in FASHION_FILES.items()}
     return None if any(None in pair for pair in paths.values()) else paths
-
-
-def _read_fashion(folder: pathlib.Path) -> dict[str, tuple[np.ndarray, np.ndarray]] | None:
-    paths = _fashion_files(folder)
-    return paths and {split: tuple(map(read_idx, pair)) for split, pair in paths.items()}
 
 
 @functools.lru_cache  # offline, the network is asked once per process
@@ -119,7 +113,6 @@ def _read_digits() -> dict[str, tuple[np.ndarray, np.ndarray]]:
 @dataclass
 class ImageData:
     """Images (N, 1, 28, 28) in [0, 1] with int64 labels, and which dataset they came from."""
-
     name: str
     train: TensorDataset
     test: TensorDataset
@@ -150,11 +143,12 @@ def load_images(n_train: int | None = None, n_test: int | None = None, source: s
     n_train, n_test, root, folder = _where(n_train, n_test, root)
     arrays, why = None, ""
     if source != "digits":
-        arrays = _read_fashion(folder)
-        if arrays is None:
+        if _fashion_files(folder) is None:
             why = _download_fashion(root, timeout) if download else "downloads are switched off"
-            arrays = None if why else _read_fashion(folder)
+        paths = None if why else _fashion_files(folder)
+        arrays = paths and {split: tuple(map(read_idx, pair)) for split, pair in paths.items()}
         if arrays is None and source == "fashion-mnist":
+
             raise FileNotFoundError(f"Fashion-MNIST is not in {folder} ({why}). Download it there "
                                     f"(or set {DATA_ENV}), or use source='auto' for the digits.")
     name, head, fallback = "fashion-mnist", f"Data: Fashion-MNIST from {folder}", ""

@@ -43,21 +43,22 @@ def cpu_name() -> str:
 _CUDA_ARCH = re.compile(r"(sm|compute)_(\d+)(\d)([af]?)")
 
 
+def _listed(value: object, ok) -> bool:
+    return isinstance(value, Sequence) and not isinstance(value, (str, bytes)) \
+        and all(map(ok, value))
+
+
 def cuda_arch_supported(capability: tuple[int, int], arch_list: Sequence[str]) -> bool:
     """True if a GPU of this compute capability runs code built for these CUDA archs."""
-    if isinstance(capability, (str, bytes)) or not isinstance(capability, Sequence) \
-            or len(capability) != 2 \
-            or any(isinstance(c, bool) or not isinstance(c, numbers.Integral) or c < 0
-                   for c in capability):
-        raise ValueError("cuda_arch_supported(capability, arch_list): capability must be a pair "
-                         "of whole numbers such as (8, 6), as torch.cuda.get_device_capability() "
-                         f"returns; got {capability!r}")
-    if isinstance(arch_list, (str, bytes)) or not isinstance(arch_list, Sequence) \
-            or not all(isinstance(a, str) for a in arch_list):
-        raise ValueError("cuda_arch_supported(capability, arch_list): arch_list must be a list of "
-                         "names such as ['sm_80', 'compute_90'], as torch.cuda.get_arch_list() "
-                         f"returns; got {arch_list!r}")
-    gpu = (int(capability[0]), int(capability[1]))
+    if not _listed(capability, lambda c: isinstance(c, numbers.Integral)
+                   and not isinstance(c, bool) and c >= 0) or len(capability) != 2:
+        raise ValueError("capability must be a pair of whole numbers such as (8, 6) (as "
+                         f"torch.cuda.get_device_capability() gives), got {capability!r}")
+    if not _listed(arch_list, lambda a: isinstance(a, str)):
+        raise ValueError("arch_list must be a list of names such as ['sm_80', 'compute_90'] (as "
+                         f"torch.cuda.get_arch_list() gives), got {arch_list!r}")
+
+    gpu = tuple(map(int, capability))
 
     def runs(kind: str, major: str, minor: str, suffix: str) -> bool:
         arch = (int(major), int(minor))
@@ -135,10 +136,9 @@ def fit_to_memory(n: int, bytes_per_item: float, device: torch.device | str | No
     available = free_memory(device) if budget is None else budget
     fitting = int(available * fraction // bytes_per_item)
     if fitting < minimum:
-        raise ValueError(
-            f"Even the smallest useful size ({minimum} x {bytes_per_item:.0f} bytes) does not fit "
-            f"in {fraction:.0%} of {available / GiB:.2f} GiB free. Free memory (close other "
-            "notebooks) or run on a device with more memory.")
+        raise ValueError(f"{minimum} x {bytes_per_item:.0f} bytes does not fit in {fraction:.0%} "
+                         f"of {available / GiB:.2f} GiB free: close other notebooks, or use a "
+                         "device with more memory.")
     return min(n, fitting)
 
 
@@ -153,12 +153,10 @@ def square_side(wanted: int, count: int = 1, device: torch.device | str | None =
     item = torch.empty((), dtype=dtype).element_size()
     side = math.isqrt(max(0, int(available * fraction // (count * item))))
     if side < min(minimum, wanted):
-        raise ValueError(
-            f"{count} matrices of {minimum} x {minimum} {dtype} (the smallest size that still "
-            f"shows something) need {count * minimum ** 2 * item / MiB:.1f} MiB, more than "
-            f"{fraction:.0%} of {available / GiB:.2f} GiB free. Free memory (close other "
-            "notebooks), use fewer matrices, or run on a device with more memory.")
-    # Where memory decides: a multiple of 64 (of 8 below `minimum`). float16 products use
+        raise ValueError(f"{count} {minimum} x {minimum} {dtype} matrices (the smallest size) do "
+                         f"not fit in {fraction:.0%} of {available / GiB:.2f} GiB free: close "
+                         "other notebooks, use fewer matrices, or a device with more memory.")
+    # Where memory decides: a multiple of 64 (of 8 below `minimum`): float16 products use
     # Tensor-Core kernels only for multiples of 8, and 64 leaves no tile partly filled.
     rounded = (side - side % step for step in (64, 8))
     return wanted if side >= wanted else next((s for s in rounded if s >= minimum), side)
@@ -172,8 +170,8 @@ def devices(n: int) -> list[torch.device]:
     global _last_simulation_notice
     n = whole_number(n, "devices(n): the number of devices n")
     real = accelerators() or [torch.device("cpu")]
-    kinds = ", ".join(sorted({str(d) for d in real}))
-    line = (f"devices({n}): {len(real)} real, {n - len(real)} simulated as replicas on {kinds} "
+    line = (f"devices({n}): {len(real)} real, {n - len(real)} simulated as replicas on "
+            f"{', '.join(sorted({str(d) for d in real}))} "
             "(same arithmetic; no parallel speed-up, since they share the hardware).")
     # Notebooks ask in many cells: told again only when what is simulated changes.
     if n > len(real) and line != _last_simulation_notice:
@@ -190,34 +188,30 @@ _FLAGS = {"": 0, "0": 0, "false": 0, "no": 0, "off": 0, "1": 1, "true": 1, "yes"
 def expected_gpus() -> int:
     """The CUDA GPUs this machine must show: D2L_EXPECT_GPUS=N, 1 for D2L_EXPECT_GPU=1, else 0."""
     count = os.environ.get("D2L_EXPECT_GPUS", "").strip()
-    flag = os.environ.get("D2L_EXPECT_GPU", "")
+    flag = os.environ.get("D2L_EXPECT_GPU", "").strip().lower()
     if count and not count.isdigit():
         raise ValueError(f"D2L_EXPECT_GPUS={count!r}: set it to the number of CUDA GPUs "
                          "this machine must show (0 for none required), or unset it")
-    if not count and flag.strip().lower() not in _FLAGS:
-        raise ValueError(f"D2L_EXPECT_GPU={flag!r}: set it to 1 (a CUDA GPU must be visible) "
-                         "or 0 (run on whatever is there), or unset it")
-    return int(count) if count else _FLAGS[flag.strip().lower()]
+    if not count and flag not in _FLAGS:
+        raise ValueError(f"D2L_EXPECT_GPU={os.environ['D2L_EXPECT_GPU']!r}: set it to 1 (a CUDA "
+                         "GPU must be visible) or 0 (run on whatever is there), or unset it")
+    return int(count) if count else _FLAGS[flag]
 
 
 def _check_expected_gpu(report: dict) -> None:
-    wanted = expected_gpus()
+    wanted, lacking = expected_gpus(), len(report["unsupported"])
     found = sum(a["device"].startswith("cuda") for a in report["accelerators"])
-    if found >= wanted:
-        return
-    var = f"D2L_EXPECT_GPUS={wanted}" if os.environ.get("D2L_EXPECT_GPUS", "").strip() \
-        else "D2L_EXPECT_GPU=1"
-    lacking, visible = len(report["unsupported"]), os.environ.get("CUDA_VISIBLE_DEVICES")
-    raise RuntimeError(
-        f"{var} says this machine has {'a CUDA GPU' if wanted == 1 else f'{wanted} CUDA GPUs'}"
-        f", but torch sees {found or 'none'}"
-        + (f" it can use and {lacking} without kernels in this build" if lacking else "")
-        + f" (torch {report['torch']}, "
-        + (f"CUDA build {report['cuda_build']}" if report["cuda_build"] else
-           "a CPU-only build: install a CUDA build of torch")
-        + (f", CUDA_VISIBLE_DEVICES={visible!r}" if visible is not None else "")
-        + "). Check `nvidia-smi` and the driver, or set D2L_EXPECT_GPUS to the number of GPUs "
-        "the machine has (fewer GPUs: the multi-GPU paths are simulated).")
+    if found < wanted:
+        var = "D2L_EXPECT_GPUS" if os.environ.get("D2L_EXPECT_GPUS", "").strip() else \
+            "D2L_EXPECT_GPU"
+        gpus = "a CUDA GPU" if wanted == 1 else f"{wanted} CUDA GPUs"
+        raise RuntimeError(
+            f"{var}={wanted} says this machine has {gpus}, but torch sees {found or 'none'}"
+            f"{f' it can use and {lacking} without kernels in this build' if lacking else ''} "
+            f"(torch {report['torch']}, CUDA build {report['cuda_build'] or 'none: install one'}, "
+            f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}). Check `nvidia-smi` "
+            "and the driver, or set D2L_EXPECT_GPUS to the GPUs there are.")
+
 
 
 def platform_name() -> str:
@@ -252,10 +246,10 @@ def hardware_rows(report: dict) -> list[tuple[str, str]]:
             ("RAM", f"{_gib(report['ram_total'])} total, "
                     f"{_gib(report['ram_available'])} available")]
     for acc in report["accelerators"]:
-        extra = f", compute capability {acc['capability']}" if acc["capability"] else \
-            " (shares system RAM)"
         free = "free not queried: no context made here" if acc["free"] is None else \
             f"{_gib(acc['free'])} free"
+        extra = f", compute capability {acc['capability']}" if acc["capability"] else \
+            " (shares system RAM)"
         rows.append((acc["device"], f"{acc['name']}, {_gib(acc['memory'])} ({free}){extra}"))
     rows += [(acc["device"], f"{acc['name']}, {_gib(acc['memory'])}, compute capability "
                              f"{acc['capability']}: not supported by this torch build")

@@ -25,8 +25,7 @@ def training_state_bytes(n_params: int, optimizer: str = "adam",
         n_params = int(n_params)
     n_params = whole_number(n_params, "n_params", minimum=0)
     if optimizer not in OPTIMIZER_STATES:
-        raise ValueError(f"unknown optimizer {optimizer!r}; use one of "
-                         f"{', '.join(OPTIMIZER_STATES)}")
+        raise ValueError(f"optimizer must be one of {list(OPTIMIZER_STATES)}, got {optimizer!r}")
     # Mixed precision as ZeRO counts it: fp16 weights and gradients, an fp32 master copy beside
     # the moments: 2 + 2 + 12 = 16 bytes per parameter with Adam, as in float32 (4 + 4 + 8).
     width = 2 if mixed else 4
@@ -48,8 +47,8 @@ def model_state_bytes(model: torch.nn.Module,
                       optimizer: torch.optim.Optimizer | None = None) -> dict[str, int]:
     """Bytes alive now in a model's parameters, their gradients and its optimizer's state."""
     if not isinstance(optimizer, (torch.optim.Optimizer, type(None))):
-        raise TypeError(f"model_state_bytes(): optimizer must be a torch.optim.Optimizer or "
-                        f"None, got {type(optimizer).__name__}")
+        raise TypeError("model_state_bytes(): optimizer must be a torch.optim.Optimizer or None, "
+                        f"got {type(optimizer).__name__}")
     params, states = list(model.parameters()), optimizer.state.values() if optimizer else []
     # Per-parameter state only: Adam's step counters are scalars.
     return {"parameters": _tensor_bytes(params),
@@ -65,7 +64,6 @@ class _Saved:  # what autograd keeps instead of the tensor: its finalizer tells 
 
 class SavedTensors(torch.autograd.graph.saved_tensors_hooks):
     """`with SavedTensors(exclude=model.parameters()) as saved:` counts the bytes autograd keeps."""
-    # `timeline`: the bytes kept after every save or release; `marks`: (index, label) of mark().
 
     def __init__(self, exclude: Iterable[torch.Tensor] = ()):
         super().__init__(self._pack, lambda s: s.tensor if isinstance(s, _Saved) else s)
@@ -73,8 +71,8 @@ class SavedTensors(torch.autograd.graph.saved_tensors_hooks):
         self._held: dict[tuple, tuple[int, int]] = {}  # storage -> (holders, bytes)
         self._lock = threading.Lock()  # the backward pass may release from its own thread
         self.bytes = self.peak = 0
-        self.timeline: list[int] = [0]
-        self.marks: list[tuple[int, str]] = []
+        self.timeline: list[int] = [0]  # the bytes kept after every save or release
+        self.marks: list[tuple[int, str]] = []  # (timeline index, label) of each mark()
 
     def mark(self, label: str) -> None:
         """Label the point of the timeline reached now (for example 'backward')."""
@@ -107,7 +105,6 @@ class SavedTensors(torch.autograd.graph.saved_tensors_hooks):
 @dataclass
 class MemoryTimeline:
     """Bytes allocated (and on CUDA reserved) above the start, over one profiled call."""
-
     times: list[float]              # seconds since the start of the call
     allocated: list[int]
     reserved: list[int] | None      # CUDA only: bytes the caching allocator holds
@@ -174,13 +171,11 @@ def peak_memory(fn: Callable[[], object], device: torch.device | str = "cpu") ->
 
 def snapshot_series(snapshot: dict, device_index: int = 0) -> list[int]:
     """Bytes allocated after each event of a CUDA memory snapshot, from its first event on."""
-    # torch.cuda.memory._snapshot() after _record_memory_history(): device_traces holds, per GPU,
-    # the recorded actions; "alloc" and "free_completed" change what tensors hold.
+    # device_traces holds each GPU's recorded actions; "alloc" and "free_completed" change bytes.
     traces = snapshot.get("device_traces") if isinstance(snapshot, dict) else None
     if not isinstance(traces, list) or not 0 <= device_index < len(traces):
-        raise ValueError("snapshot_series() needs torch.cuda.memory._snapshot()'s dict, with a "
-                         f"trace for device {device_index}: record with "
-                         "torch.cuda.memory._record_memory_history() first")
+        raise ValueError(f"snapshot_series() needs torch.cuda.memory._snapshot() with a trace for "
+                         f"device {device_index}: call _record_memory_history() first")
     sign = {"alloc": 1, "free_completed": -1}
     return [0, *itertools.accumulate(sign[ev["action"]] * ev["size"] for ev in traces[device_index]
                                      if ev.get("action") in sign)]
@@ -207,10 +202,10 @@ class CachingAllocatorModel:
             self.reserved += block
         else:
             self._free.remove(block)
-        handle = next(self._handles)
-        self._used[handle] = (size, block)
+        self._used[handle := next(self._handles)] = (size, block)
         self.allocated += size
         return handle
+
 
     def free(self, handle: int) -> None:
         """Give a block back to the cache (it stays reserved)."""
