@@ -5,8 +5,6 @@ on first use. Importing lazily keeps `import d2l_extras` fast for every torchrun
 lets `python -m d2l_extras.ring` (or .kvstore, .ddp) run a module that the package has not
 already imported (Python warns about that case).
 """
-from __future__ import annotations
-
 import importlib
 
 # One module per concept, and its public names.

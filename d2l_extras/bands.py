@@ -1,6 +1,4 @@
 """Readings that know their noise: a value with its band, a comparison, a prediction checked."""
-from __future__ import annotations
-
 import math
 import numbers
 import operator

@@ -6,8 +6,6 @@ book's d2l without its pins, and this package's other requirements) with torch, 
 numpy held at the platform's versions. It imports no third-party package: it runs before they
 are installed. Keep its syntax to Python 3.8, so that an old Python gets our message.
 """
-from __future__ import annotations
-
 import importlib
 import importlib.metadata as metadata
 import os

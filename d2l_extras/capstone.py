@@ -2,8 +2,6 @@
 
 From a notebook: dx.launch("d2l_extras.capstone", 2); without torchrun it trains in this process:
     python -m d2l_extras.distributed --nproc-per-node=2 -m d2l_extras.capstone --steps 20"""
-from __future__ import annotations
-
 import argparse
 import contextlib
 import inspect

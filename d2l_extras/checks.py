@@ -1,6 +1,4 @@
 """Argument checks: a clear ValueError that names the argument and what it must be."""
-from __future__ import annotations
-
 import argparse
 import math
 import numbers
@@ -8,7 +6,7 @@ from typing import Callable
 
 
 def whole_number(value: object, what: str, minimum: int = 1) -> int:
-    """Return value as an int if it is a whole number >= minimum; else a ValueError naming `what`."""
+    """Return value as an int if it is a whole number >= minimum, else raise a ValueError."""
     # bool is an int subclass, but devices(True) is surely a mistake.
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         raise ValueError(f"{what} must be a whole number >= {minimum}, got {value!r}")

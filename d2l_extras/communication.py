@@ -1,6 +1,4 @@
 """A bandwidth-only model of gradient synchronization (d2l 12.7): no latency, links in parallel."""
-from __future__ import annotations
-
 from typing import Sequence
 
 import matplotlib.pyplot as plt

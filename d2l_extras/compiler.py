@@ -1,6 +1,4 @@
 """torch.compile here: whether it can build code, a fallback to eager, a cold compile cache."""
-from __future__ import annotations
-
 import contextlib
 import functools
 import importlib.util

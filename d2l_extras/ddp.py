@@ -6,8 +6,6 @@ processes, and on 2 machines with 4 GPUs each (--node-rank=1 on the other; the p
     python -m torch.distributed.run --nnodes=2 --node-rank=0 --nproc-per-node=4 \\
         --master-addr=10.0.0.1 --master-port=29500 -m d2l_extras.ddp --epochs 10
 """
-from __future__ import annotations
-
 import argparse
 import contextlib
 import copy

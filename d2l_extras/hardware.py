@@ -1,6 +1,4 @@
 """What is here: CPU, RAM, accelerators, free memory, and n devices (real or simulated)."""
-from __future__ import annotations
-
 import collections
 import contextlib
 import importlib.metadata
@@ -205,13 +203,13 @@ def _check_expected_gpu(report: dict) -> None:
         var = "D2L_EXPECT_GPUS" if os.environ.get("D2L_EXPECT_GPUS", "").strip() else \
             "D2L_EXPECT_GPU"
         gpus = "a CUDA GPU" if wanted == 1 else f"{wanted} CUDA GPUs"
+        build = report["cuda_build"] or "none: install a CUDA build of torch"
         raise RuntimeError(
             f"{var}={wanted} says this machine has {gpus}, but torch sees {found or 'none'}"
             f"{f' it can use and {lacking} without kernels in this build' if lacking else ''} "
-            f"(torch {report['torch']}, CUDA build {report['cuda_build'] or 'none: install one'}, "
+            f"(torch {report['torch']}, CUDA build {build}, "
             f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}). Check `nvidia-smi` "
             "and the driver, or set D2L_EXPECT_GPUS to the GPUs there are.")
-
 
 
 def platform_name() -> str:

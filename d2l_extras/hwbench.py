@@ -1,6 +1,4 @@
 """Measure this machine: caches, matmul, roofline, disk, network, GPU links; tests pass clock=."""
-from __future__ import annotations
-
 import math
 import os
 import pathlib

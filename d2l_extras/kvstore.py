@@ -1,8 +1,6 @@
 """A sharded (key, value) parameter store with push and pull on torch.distributed (d2l 12.7.4).
 
 As a torchrun worker (python -m d2l_extras.kvstore --help) it trains through the store."""
-from __future__ import annotations
-
 import argparse
 import datetime
 import errno

@@ -1,6 +1,4 @@
 """Where training's memory goes: predicted, counted (allocator, profiler, autograd), followed."""
-from __future__ import annotations
-
 import itertools
 import threading
 import weakref

@@ -1,6 +1,4 @@
 """Data parallelism's helpers (notebook 06 writes what it teaches itself): replicas, accuracy."""
-from __future__ import annotations
-
 import contextlib
 import copy
 import warnings

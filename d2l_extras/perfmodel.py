@@ -1,7 +1,4 @@
 """Models of compute: a call takes max(overhead, bytes / bandwidth, flops / peak); the roofline."""
-from __future__ import annotations
-
-import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -75,12 +72,6 @@ class Roof:
     bandwidth_gbps: float
     peak_gflops: float
     probes: dict = field(default_factory=dict)   # name -> best GB/s or GFLOP/s measured
-
-    @property
-    def set_by(self) -> tuple[str, str]:
-        """Which measurements set the bandwidth roof and the peak ('given' if none)."""
-        return tuple(next((k for k, v in self.probes.items() if math.isclose(v, roof)), "given")
-                     for roof in (self.bandwidth_gbps, self.peak_gflops))
 
     ridge = property(lambda self: self.peak_gflops / self.bandwidth_gbps,
                      doc="FLOP per byte where the arithmetic, not the memory, becomes the limit.")

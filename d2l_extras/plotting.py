@@ -1,6 +1,4 @@
 """Pictures of measurements: bar charts, log axes, profiler timelines, rooflines."""
-from __future__ import annotations
-
 from typing import Mapping, Sequence
 
 import matplotlib.pyplot as plt

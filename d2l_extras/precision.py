@@ -1,6 +1,4 @@
 """Number formats of deep learning (float32 to fp8): their bits, range and precision, measured."""
-from __future__ import annotations
-
 import math
 from typing import Iterable, NamedTuple, Sequence
 

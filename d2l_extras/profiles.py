@@ -1,6 +1,4 @@
 """Size profiles: how big the notebooks' problems are, chosen with D2L_PROFILE."""
-from __future__ import annotations
-
 import os
 from typing import TypeVar
 

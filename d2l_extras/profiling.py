@@ -1,6 +1,4 @@
 """Timelines from torch.profiler: who ran what, when, on which CPU thread or device stream."""
-from __future__ import annotations
-
 import contextlib
 import json
 import math

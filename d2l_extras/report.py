@@ -6,8 +6,6 @@ written, so running a notebook leaves the repository untouched. Under `make repo
 D2L_REPORT_DIR names a directory (outside the repository, or the ignored build/), and each call
 appends one JSON line to `records.jsonl` there, which the report's summary reads.
 """
-from __future__ import annotations
-
 import json
 import math
 import os
@@ -19,7 +17,7 @@ RECORDS = "records.jsonl"
 
 
 def record(key: str, value: float, unit: str, note: str = "", notebook: str | None = None) -> float:
-    """Hand one measured figure to `make report` (a no-op unless D2L_REPORT_DIR is set); return it."""
+    """Hand one measured figure to `make report` (no-op without D2L_REPORT_DIR); return it."""
     if not isinstance(key, str) or not key.isidentifier():
         raise ValueError(f"record(): key must be a short identifier such as 'fusion_speedup', "
                          f"got {key!r}")

@@ -1,6 +1,4 @@
 """Problem sizes per profile and device kind (a CPU's would hide a lesson on an H100), fitted."""
-from __future__ import annotations
-
 from dataclasses import dataclass
 
 import torch

@@ -1,6 +1,4 @@
 """Honest timing: synchronize the devices before reading the clock; cold and warm apart."""
-from __future__ import annotations
-
 import contextlib
 import functools
 import io

@@ -1,6 +1,4 @@
 """The capstone's character-level transformer (notebook 09, capstone.py): text, model, sizes."""
-from __future__ import annotations
-
 import math
 from importlib import resources
 
