@@ -129,10 +129,23 @@ def test_nbval_keeps_each_notebook_it_ran_cleanly_for_the_decks(tmp_path):
     ("notebooks/04-hardware.ipynb::Cell 3", "notebooks"),
     ("notebooks/04-hardware.ipynb::Cell records", "notebooks"),
     ("tests/test_decks.py::test_every_slide_fits[00]", "notebooks"),
-    ("tests/test_hosted.py::test_a_lone_notebook_runs_on_a_hosted_stack", "notebooks"),
+    ("tests/test_hosted.py::test_a_lone_notebook_runs_on_a_hosted_stack",
+     "tests/test_hosted.py::test_a_lone_notebook_runs_on_a_hosted_stack"),
     ("tests/test_hosted.py::test_setup_cell_fits_six_lines_of_a_slide",
      "tests/test_hosted.py::test_setup_cell_fits_six_lines_of_a_slide"),
     ("tests/test_ring.py::test_ring[2]", "tests/test_ring.py::test_ring[2]")])
 def test_xdist_keeps_the_notebooks_and_their_readers_on_one_worker(nodeid, scope):
-    # The decks and the lone hosted run reuse nbval's runs, which live in one worker's memory.
+    # The decks reuse nbval's runs, which live in one worker's memory.
     assert worker_scope(nodeid) == scope
+
+
+def test_work_is_handed_out_notebooks_first_then_the_longest_test():
+    from tools.nbval_alarms import LONGEST_FIRST, pytest_collection_modifyitems
+
+    def item(nodeid):
+        return type("Item", (), {"nodeid": nodeid})()
+    ids = ["tests/test_a.py::t", LONGEST_FIRST, "notebooks/01-x.ipynb::Cell 0",
+           "notebooks/01-x.ipynb::Cell 1", "tests/test_z.py::t"]
+    items = [item(i) for i in ids]
+    pytest_collection_modifyitems(None, items)
+    assert [i.nodeid for i in items] == [ids[2], ids[3], ids[1], ids[0], ids[4]]

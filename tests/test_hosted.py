@@ -296,7 +296,7 @@ def test_a_lone_notebook_runs_on_a_hosted_stack(tmp_path):
                         + (tmp_path / "env.log").read_text()[-3000:])
     env = compat.hosted_environ(compat.package_copy(tmp_path / "source"))
     lone = compat.run_alone(python, notebook, tmp_path / "alone", env)
-    # The checkout's run: make test's own nbval run of it when there was one (no second run).
+    # The checkout's run: nbval's, when this process ran the notebooks (TEST_JOBS=0), else its own.
     kept = nbval_alarms.executed_folder([notebook])
     reference = (kept / notebook.name if kept else
                  compat.reference_run(notebook, tmp_path / "checkout" / notebook.name))

@@ -177,11 +177,12 @@ def test_dist_ring_runs_on_nccl_over_every_gpu_promised():
 
 
 @pytest.mark.timeout(150)
-@pytest.mark.parametrize("n", [3, 4])
-def test_dist_ring_equals_the_one_process_sum(n):
+def test_dist_ring_equals_the_one_process_sum():
     # The worker asserts ring == dist.all_reduce for each size; here its answer on check_input
     # is compared with the sum computed in this process. 0.001 MB = 262 floats, not divisible
-    # by 3 or 4. One tiny launch per n keeps the test short (every process imports torch).
+    # by 3. One tiny launch keeps the test short (every process imports torch); the simulated
+    # ring is checked for 1 to 8 nodes above, and notebook 08 launches 2 and more processes.
+    n = 3
     run = dx.launch("d2l_extras.ring", n, ["--sizes-mb", 0.001, 0.01, "--repeats", 1],
                     timeout=120, echo=False)
     result = run.result

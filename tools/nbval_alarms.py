@@ -85,16 +85,25 @@ def pytest_configure(config):
     IPyNbFile.collect = collect_with_records
 
 
-# Under pytest-xdist (`make test` runs two workers) the notebooks and the tests that reuse nbval's
-# runs of them (executed_folder) share one worker, in collection order: notebooks first. Every
-# other test goes to whichever worker is free. (xdist's own xdist_group mark cannot do this under
-# pytest 9: it renames the item, which pytest 9 no longer allows.)
-SAME_WORKER = (".ipynb::", "tests/test_decks.py::", "tests/test_hosted.py::test_a_lone_notebook")
+# Under pytest-xdist (`make test` runs two workers) the notebooks and the deck test, which
+# reuses nbval's runs of them (executed_folder), share one worker, in collection order: notebooks
+# first. Every other test goes to whichever worker is free. (xdist's own xdist_group mark cannot
+# do this under pytest 9: it renames the item, which pytest 9 no longer allows.)
+SAME_WORKER = (".ipynb::", "tests/test_decks.py::")
+# The longest test starts first on the other worker, so that neither ends long after the other.
+LONGEST_FIRST = "tests/test_hosted.py::test_a_lone_notebook_runs_on_a_hosted_stack"
 
 
 def worker_scope(nodeid: str) -> str:
     """The unit xdist hands to one worker: 'notebooks' for those that share one, else the test."""
     return "notebooks" if any(part in nodeid for part in SAME_WORKER) else nodeid
+
+
+def pytest_collection_modifyitems(config, items):
+    # The order work is handed out in: the notebooks, the longest test (which in one process
+    # then reuses nbval's run of its notebook), then the rest as collected.
+    items.sort(key=lambda item: 0 if ".ipynb::" in item.nodeid else
+               1 if item.nodeid == LONGEST_FIRST else 2)
 
 
 @pytest.hookimpl(optionalhook=True)
