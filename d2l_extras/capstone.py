@@ -11,8 +11,8 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from .checks import option, positive_number
-from .ddp import COUNT, WHOLE, parser, time_comm
+from .checks import COUNT, WHOLE, option, positive_number
+from .ddp import parser, time_comm
 from .distributed import init_worker, run_worker
 from .memory import peak_memory
 from .parallel import per_process_batch

@@ -40,3 +40,8 @@ def option(check: Callable[[object, str], object], kind: type = float) -> Callab
         except ValueError as err:  # argparse shows this one's message, naming the option
             raise argparse.ArgumentTypeError(str(err)) from None
     return parse
+
+
+# The argparse types of whole-number options: >= 1, and >= 0 (a count, 0: none).
+WHOLE = option(whole_number, int)
+COUNT = option(lambda value, what: whole_number(value, what, minimum=0), int)

@@ -24,7 +24,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 
 from .bands import Band
-from .checks import option, positive_number, whole_number
+from .checks import COUNT, WHOLE, option, positive_number, whole_number
 from .data import SOURCES, default_sizes, load_images
 from .distributed import init_worker, run_worker, worker_device
 from .models import init_weights, resnet18
@@ -66,10 +66,6 @@ def sync_batchnorm(net: nn.Module, device: torch.device) -> nn.Module:
         if isinstance(module, nn.BatchNorm2d):  # the same state, a forward that syncs
             module.__class__ = GlooSyncBatchNorm2d
     return net
-
-
-# The argparse types of whole-number options: >= 1, and >= 0 (a count, 0: none).
-WHOLE, COUNT = option(whole_number, int), option(partial(whole_number, minimum=0), int)
 
 
 def parser(module: str, doc: str, options: Sequence[tuple]) -> argparse.ArgumentParser:

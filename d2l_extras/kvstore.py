@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from .checks import option, positive_number, whole_number
+from .checks import COUNT, positive_number, whole_number
 from .distributed import init_worker, run_worker, wait_for
 from .timing import measure_interleaved
 
@@ -314,7 +314,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", choices=sorted(tasks), nargs="+", default=["compare"],
                         help="one or more tasks, run in this order")
-    parser.add_argument("--staleness", type=option(partial(whole_number, minimum=0), int),
+    parser.add_argument("--staleness", type=COUNT,
                         nargs="+", default=[0, 4, 16], help="0: always the newest weights")
     parser.add_argument("--workdir", help="checkpoints (task fault)")
     defaults = {"--steps": 60, "--batch": 32, "--lr": 0.5, "--seed": 0, "--eval-every": 5,

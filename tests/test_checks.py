@@ -5,7 +5,8 @@ from functools import partial
 import numpy as np
 import pytest
 
-from d2l_extras.checks import non_negative_number, option, positive_number, whole_number
+from d2l_extras.checks import (COUNT, WHOLE, non_negative_number, option, positive_number,
+                               whole_number)
 
 
 @pytest.mark.parametrize("value", [1, 7, np.int64(3)])
@@ -49,5 +50,13 @@ def test_option_reads_the_text_then_checks_it_for_argparse():
     for parse, text, bound in ((option(whole_number, int), "0", ">= 1"),
                                (count, "-1", ">= 0"), (option(positive_number), "0", "> 0"),
                                (option(whole_number, int), "2.5", "base 10")):
+        with pytest.raises(argparse.ArgumentTypeError, match=bound):
+            parse(text)
+
+
+def test_whole_and_count_are_the_workers_whole_number_options():
+    assert WHOLE("3") == 3 and COUNT("0") == 0
+    for parse, text, bound in ((WHOLE, "0", ">= 1"), (COUNT, "-1", ">= 0"),
+                               (COUNT, "x", "base 10")):
         with pytest.raises(argparse.ArgumentTypeError, match=bound):
             parse(text)
