@@ -63,6 +63,14 @@ def _fashion_files(folder: pathlib.Path, suffixes=("", ".gz")) -> dict | None:
     return None if any(None in pair for pair in paths.values()) else paths
 
 
+def _read_pair(images: pathlib.Path, labels: pathlib.Path) -> tuple[np.ndarray, np.ndarray]:
+    X, y = read_idx(images), read_idx(labels)
+    if X.ndim != 3 or y.ndim != 1 or len(X) != len(y):
+        raise ValueError(f"{images.name} {X.shape} and {labels.name} {y.shape} are not images "
+                         "with one label each: delete the two files to download them again")
+    return X, y
+
+
 @functools.lru_cache  # offline, the network is asked once per process
 def _download_fashion(root: pathlib.Path, timeout: float) -> str:
     # Download Fashion-MNIST with torchvision; "" on success, else why not, in a few words.
@@ -146,9 +154,8 @@ def load_images(n_train: int | None = None, n_test: int | None = None, source: s
         if _fashion_files(folder) is None:
             why = _download_fashion(root, timeout) if download else "downloads are switched off"
         paths = None if why else _fashion_files(folder)
-        arrays = paths and {split: tuple(map(read_idx, pair)) for split, pair in paths.items()}
+        arrays = paths and {split: _read_pair(*pair) for split, pair in paths.items()}
         if arrays is None and source == "fashion-mnist":
-
             raise FileNotFoundError(f"Fashion-MNIST is not in {folder} ({why}). Download it there "
                                     f"(or set {DATA_ENV}), or use source='auto' for the digits.")
     name, head, fallback = "fashion-mnist", f"Data: Fashion-MNIST from {folder}", ""

@@ -186,3 +186,11 @@ def test_book_loader_without_unpacked_files_returns_none(tmp_path):
     assert dx.book_fashion_mnist(4, root=tmp_path / "gz") is None
     with pytest.raises(ValueError, match="batch_size"):
         dx.book_fashion_mnist(0, root=tmp_path)
+
+
+def test_images_and_labels_that_do_not_pair_up_are_refused(tmp_path):
+    fake_fashion(tmp_path)
+    labels = tmp_path / "FashionMNIST" / "raw" / dxdata.FASHION_FILES["train"][1]
+    write_idx(labels, np.zeros(5, dtype=np.uint8))  # 12 images, 5 labels
+    with pytest.raises(ValueError, match=r"\(12, 28, 28\) and .* \(5,\) are not images with one"):
+        dx.load_images(8, 4, root=tmp_path, download=False, verbose=False)
