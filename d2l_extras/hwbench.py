@@ -27,7 +27,12 @@ from .timing import Clock, Measurement, measure, measure_interleaved, synchroniz
 KiB, MiB, GiB = 1024, 1024 ** 2, 1024 ** 3
 Device = torch.device | str | None
 
-DTYPES = {str(t)[6:]: t for t in (torch.float64, torch.float32, torch.bfloat16, torch.float16)}
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")  # torch.float32: float32
+
+
+DTYPES = {_dtype_name(t): t for t in (torch.float64, torch.float32, torch.bfloat16, torch.float16)}
 
 
 def _as_dtype(dtype: str | torch.dtype) -> torch.dtype:
@@ -144,7 +149,7 @@ def dtype_supported(dtype: str | torch.dtype, device: Device = None) -> bool:
 
 def _check_fits(n: int, dtype: torch.dtype, device: torch.device, what: str) -> None:
     if fit_to_memory(n * n, 3 * dtype.itemsize, device, 0.5) < n * n:
-        raise ValueError(f"three {n} x {n} {str(dtype)[6:]} matrices do not fit in half of the "
+        raise ValueError(f"three {n} x {n} {_dtype_name(dtype)} matrices do not fit in half of the "
                          f"free memory of {device}; pick a smaller {what}")
 
 
@@ -153,7 +158,7 @@ def matmul_rate(n: int, dtype: str | torch.dtype = "float32", device: Device = N
     """FLOP/s of an n x n matrix product (2 n^3 operations per call)."""
     n, dtype, device = whole_number(n, "n"), _as_dtype(dtype), _as_device(device)
     if not dtype_supported(dtype, device):
-        raise ValueError(f"{str(dtype)[6:]} matrix multiply is not supported natively on "
+        raise ValueError(f"{_dtype_name(dtype)} matrix multiply is not supported natively on "
                          f"{device}; dtype_supported() says which dtypes are")
     _check_fits(n, dtype, device, "n")
     a, b, c = (torch.rand(n, n, device=device).to(dtype) for _ in range(3))
@@ -411,7 +416,7 @@ class GpuPeak:
 
     def matmul_tflops(self, dtype: str | torch.dtype) -> float | None:
         """Published dense peak for a matmul in dtype ("tfloat32" and "float8" too), or None."""
-        name = dtype if dtype in ("tfloat32", "float8") else str(_as_dtype(dtype))[6:]
+        name = dtype if dtype in ("tfloat32", "float8") else _dtype_name(_as_dtype(dtype))
         return self.tflops.get(name)
 
 
