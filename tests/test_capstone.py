@@ -1,6 +1,5 @@
 """The capstone's DDP worker: k processes take one process's steps; it times what it sends."""
 import json
-import os
 
 import pytest
 import torch
