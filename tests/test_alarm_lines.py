@@ -125,6 +125,24 @@ def test_nbval_keeps_each_notebook_it_ran_cleanly_for_the_decks(tmp_path):
     assert cells[0]["cell_type"] == "markdown" and not Path(folder).exists(), "removed at the end"
 
 
+def test_xdist_workers_keep_their_runs_in_the_controllers_folder(tmp_path, monkeypatch):
+    from tools import nbval_alarms as plugin
+    for name in ("_FOLDER", "_OWNED"):
+        monkeypatch.setattr(plugin, name, [])
+    monkeypatch.delenv(plugin.RUNS_ENV, raising=False)
+    controller, worker = object(), type("Config", (), {"workerinput": {}})()
+    plugin.pytest_configure(controller)  # makes the folder; workers inherit RUNS_ENV
+    folder = Path(os.environ[plugin.RUNS_ENV])
+    plugin._FOLDER.clear()
+    plugin.pytest_configure(worker)
+    assert plugin._FOLDER == [folder] and plugin._OWNED == [folder]
+    (folder / "a.ipynb").write_text("{}")  # what the other worker kept
+    assert plugin.executed_folder([Path("notebooks/a.ipynb")]) == folder
+    assert plugin.executed_folder([Path("notebooks/b.ipynb")]) is None
+    plugin.pytest_unconfigure(controller)
+    assert not folder.exists() and plugin.RUNS_ENV not in os.environ
+
+
 @pytest.mark.parametrize("nodeid, scope", [
     ("notebooks/04-hardware.ipynb::Cell 3", "notebooks"),
     ("notebooks/04-hardware.ipynb::Cell records", "notebooks"),
@@ -139,13 +157,14 @@ def test_xdist_keeps_the_notebooks_and_their_readers_on_one_worker(nodeid, scope
     assert worker_scope(nodeid) == scope
 
 
-def test_work_is_handed_out_notebooks_first_then_the_longest_test():
-    from tools.nbval_alarms import LONGEST_FIRST, pytest_collection_modifyitems
+def test_work_is_handed_out_lone_notebook_first_then_notebooks_then_the_longest_test():
+    from tools.nbval_alarms import LONE_NOTEBOOK, LONGEST_FIRST, pytest_collection_modifyitems
 
     def item(nodeid):
         return type("Item", (), {"nodeid": nodeid})()
     ids = ["tests/test_a.py::t", LONGEST_FIRST, "notebooks/01-x.ipynb::Cell 0",
-           "notebooks/01-x.ipynb::Cell 1", "tests/test_z.py::t"]
+           "notebooks/01-x.ipynb::Cell 1", f"notebooks/{LONE_NOTEBOOK}::Cell 0",
+           f"notebooks/{LONE_NOTEBOOK}::Cell 1", "tests/test_z.py::t"]
     items = [item(i) for i in ids]
     pytest_collection_modifyitems(None, items)
-    assert [i.nodeid for i in items] == [ids[2], ids[3], ids[1], ids[0], ids[4]]
+    assert [i.nodeid for i in items] == [ids[4], ids[5], ids[2], ids[3], ids[1], ids[0], ids[6]]

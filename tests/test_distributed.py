@@ -26,15 +26,20 @@ LIMIT = datetime.timedelta(seconds=7)
 def worker_dir(tmp_path, monkeypatch):
     """A folder on sys.path (for torchrun's -m) holding small worker modules."""
     (tmp_path / "ok_worker.py").write_text(textwrap.dedent("""
-        import torch, torch.distributed as dist
+        import os, time, torch, torch.distributed as dist
         import d2l_extras as dx
         rank, world, device = dx.init_worker(timeout_s=30)
         t = torch.full((3,), float(rank + 1))
         dist.all_reduce(t)
         print(f"rank {rank} of {world}: {t.tolist()}", flush=True)
-        if rank == 0:
-            dx.distributed.save_result({"sum": t.tolist(), "world": world})
+        if rank == 1:
+            time.sleep(1)  # rank 0 leaves while its all_reduce still waits for rank 1
+        dist.all_reduce(torch.ones(1000), async_op=True)  # only gloo's thread holds the tensor
         dx.distributed.finish_worker()
+        if rank == 0:
+            env = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "D2L_TEST_FLAG")}
+            dx.distributed.save_result({"sum": t.tolist(), "world": world, "env": env,
+                                        "left": not dist.is_initialized()})
     """))
     (tmp_path / "bad_worker.py").write_text(textwrap.dedent("""
         import torch, torch.distributed as dist
@@ -43,17 +48,6 @@ def worker_dir(tmp_path, monkeypatch):
         if rank == 1:
             raise ValueError("rank 1 cannot go on")
         dist.all_reduce(torch.ones(1))  # rank 0 waits here for a peer that is gone
-    """))
-    (tmp_path / "leave_worker.py").write_text(textwrap.dedent("""
-        import time, torch, torch.distributed as dist
-        import d2l_extras as dx
-        rank, world, device = dx.init_worker(timeout_s=30)
-        if rank == 1:
-            time.sleep(1)  # rank 0 leaves while its all_reduce still waits for rank 1
-        dist.all_reduce(torch.ones(1000), async_op=True)  # only gloo's thread holds the tensor
-        dx.distributed.finish_worker()
-        if rank == 0:
-            dx.distributed.save_result({"left": not dist.is_initialized()})
     """))
     # Each worker starts a child that ignores SIGTERM (as a slow daemon might), writes both
     # pids with their start times to D2L_PID_DIR, then sleeps, fails (rank 1) or exits.
@@ -238,19 +232,18 @@ def test_torchrun_command_rejects_bad_input(kwargs):
         dx.torchrun_command(**args)
 
 
-def test_launch_returns_output_and_result(worker_dir):
-    run = dx.launch("ok_worker", 2, timeout=120, echo=False)
-    assert run.result == {"sum": [3.0, 3.0, 3.0], "world": 2}
+def test_launch_returns_output_and_result_and_passes_env(worker_dir):
+    run = dx.launch("ok_worker", 2, timeout=120, echo=False,
+                    env={"OMP_NUM_THREADS": "3", "D2L_TEST_FLAG": "yes"})
+    assert run.result["sum"] == [3.0, 3.0, 3.0] and run.result["world"] == 2
     assert any("rank 1 of 2" in line for line in run.output)
     # No port chosen here: the launched process binds one and holds it (no race with others).
     assert not any(a.startswith("--master-port=") for a in run.command)
-
-
-def test_finish_worker_leaves_while_gloo_still_holds_a_tensor(worker_dir):
-    # gloo's thread frees that tensor, which takes the GIL. torch < 2.8 froze here every time
-    # with a plain destroy_process_group, which held the GIL (pytorch/pytorch#154976).
-    run = dx.launch("leave_worker", 2, timeout=60, echo=False)
-    assert run.result == {"left": True}
+    # env reaches the workers and wins over launch's defaults (one OpenMP thread each).
+    assert run.result["env"] == {"OMP_NUM_THREADS": "3", "D2L_TEST_FLAG": "yes"}
+    # finish_worker left while gloo's thread still held a tensor, which it frees taking the
+    # GIL: torch < 2.8 froze there with a plain destroy_process_group (pytorch/pytorch#154976).
+    assert run.result["left"] is True
 
 
 def test_failing_worker_fails_fast_with_its_message(worker_dir):
@@ -500,7 +493,7 @@ def test_two_launches_at_once_with_torchruns_old_port_default(worker_dir, monkey
         runs = [pool.submit(dx.launch, "ok_worker", 1, timeout=120, echo=False)
                 for _ in range(2)]
         results = [run.result().result for run in runs]
-    assert results == [{"sum": [1.0, 1.0, 1.0], "world": 1}] * 2
+    assert [(r["sum"], r["world"]) for r in results] == [([1.0, 1.0, 1.0], 1)] * 2
 
 
 def test_single_machine_run_listens_on_loopback_only(worker_dir):
@@ -543,19 +536,6 @@ def test_is_loopback(host, expected):
     assert is_loopback(host) is expected
 
 
-def test_env_reaches_the_workers_and_wins_over_defaults(worker_dir):
-    (worker_dir / "env_worker.py").write_text(textwrap.dedent("""
-        import os
-        import d2l_extras as dx
-        rank, world, device = dx.init_worker(timeout_s=30)
-        if rank == 0:
-            dx.distributed.save_result({k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "D2L_TEST_FLAG")})
-    """))
-    run = dx.launch("env_worker", 1, timeout=120, echo=False,
-                    env={"OMP_NUM_THREADS": "3", "D2L_TEST_FLAG": "yes"})
-    assert run.result == {"OMP_NUM_THREADS": "3", "D2L_TEST_FLAG": "yes"}
-
-
 def test_suite_fails_when_a_test_leaves_a_process_behind(tmp_path):
     # tests/conftest.py's end-of-session check, run on a small suite whose test leaves an
     # orphan behind (its parent exits at once, as torchrun did before launch ended workers).
@@ -573,7 +553,8 @@ def test_suite_fails_when_a_test_leaves_a_process_behind(tmp_path):
             subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
     """))
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "."],
-                         cwd=suite, capture_output=True, text=True, timeout=300)
+                         cwd=suite, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "D2L_LEAK_WAIT_S": "0.5"})
     assert run.returncode == 1, run.stdout + run.stderr
     assert "LEAKED PROCESSES" in run.stdout and "time.sleep(600)" in run.stdout
     orphan = int(pid_file.read_text())

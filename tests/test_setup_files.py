@@ -20,6 +20,17 @@ def test_every_requirement_is_pinned():
         assert re.fullmatch(r"[A-Za-z0-9_.\-\[\]]+==[\w.+]+", req), f"not pinned: {req}"
 
 
+def test_every_folder_of_the_package_is_listed_for_setuptools():
+    # A folder left out ships nothing (or only with a page of warnings at every install).
+    import tomllib
+    listed = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = {".".join(p.relative_to(ROOT).parts) for p in (ROOT / "d2l_extras").rglob("*")
+               if p.is_dir() and p.name != "__pycache__"}
+    assert set(listed["packages"]) == {"d2l_extras"} | folders
+    for name in folders:
+        assert listed["package-data"][name], f"{name}: which files does it ship?"
+
+
 def test_conda_environment_uses_the_same_pins():
     env = (ROOT / "environment.yml").read_text()
     assert "-r requirements.txt" in env and "requirements-nodeps.txt" in env

@@ -33,6 +33,7 @@ DEFAULT_OUT = ROOT / "build" / "compat"
 # What the set-up cell prints once: bootstrap.DONE (a literal: this file also runs as a script
 # in a hosted environment before d2l_extras is installed; tests/test_bootstrap.py compares).
 INSTALL_LINE = "for d2l_extras; kept torch"
+PIP_NOTE = "Note: you may need to restart the kernel"  # what %pip prints after an install
 HOSTED_PACKAGES = ["ipykernel", "nbclient"]  # beside torch and torchvision; nothing else
 TORCH_VERSIONS = ["2.6", "2.11", "newest"]   # the oldest claimed, a GPU image's, the newest
 
@@ -67,12 +68,13 @@ def torch_requirements(version: str) -> list[str]:
     return torch + [r for r in rest if r and not re.match(r"(torch|torchvision)\b", r)] + ["uv"]
 
 
-def hosted_requirements() -> list[str]:
-    """A hosted platform's stack: this interpreter's torch and torchvision, ipykernel, nbclient."""
+def hosted_requirements(preinstalled: tuple[str, ...] = ()) -> list[str]:
+    """A hosted platform's stack: this interpreter's torch and torchvision, ipykernel, nbclient,
+    and the `preinstalled` packages (at this interpreter's versions) that the platform ships."""
     from importlib.metadata import version
 
-    return [f"{name}=={version(name).split('+')[0]}" for name in ("torch", "torchvision")] \
-        + HOSTED_PACKAGES
+    return [f"{name}=={version(name).split('+')[0]}"
+            for name in ("torch", "torchvision", *preinstalled)] + HOSTED_PACKAGES
 
 
 def find_python(name: str, pyenv_root: Path | None = None) -> str:
@@ -155,11 +157,17 @@ def picture_cells(executed: Path) -> set[int]:
 def lone_run_problems(executed: Path, reference: Path | None = None,
                       installs: int = 1) -> list[str]:
     """What is wrong with a notebook run alone: errors, the install line printed other than
-    `installs` times (1 in a new environment, 0 once it is installed), a picture that the
-    `reference` run (the same notebook run in the checkout) shows and this one does not, and a
-    Markdown figure that a lone notebook lacks."""
+    `installs` times (1 in a new environment, 0 once it is installed), anything else the set-up
+    cell prints (a warning of pip or setuptools), a picture that the `reference` run (the same
+    notebook run in the checkout) shows and this one does not, and a Markdown figure that a lone
+    notebook lacks."""
     nb = json.loads(executed.read_text(encoding="utf-8"))
     problems, printed = [], 0
+    setup = next((c for c in nb["cells"] if c["cell_type"] == "code"), {})
+    noise = [line for line in outputs_text(setup).splitlines() if line.strip()
+             and INSTALL_LINE not in line and not line.startswith(PIP_NOTE)]
+    if noise:
+        problems.append(f"the set-up cell printed more than its line: {noise[0].strip()[:200]}")
     for i, cell in enumerate(nb["cells"]):
         text = outputs_text(cell)
         printed += text.count(INSTALL_LINE)

@@ -5,8 +5,9 @@ An alarm line (tools/alarms.py: "ERROR: ... gpuGetDeviceCount failed", "USDT: ..
 notebook worked. The check reads the outputs nbval has already collected: no extra run.
 
 It also keeps each notebook nbval ran without a failure, outputs included, in a temporary
-folder (`executed_folder`): tests/test_decks.py cuts its decks from those instead of running
-every notebook a second time.
+folder that pytest-xdist's workers share (`executed_folder`): tests/test_decks.py cuts its
+decks from those, and tests/test_hosted.py compares its lone run with one, instead of running
+the notebooks a second time.
 """
 from __future__ import annotations
 
@@ -37,6 +38,15 @@ def kernel_env(environ: dict | None = None) -> dict:
 
 
 def pytest_configure(config):
+    # The folder of kept runs: this process's own, or under pytest-xdist the controller's, which
+    # the workers inherit through RUNS_ENV (they start after this hook), so that a test on one
+    # worker can read what nbval ran on the other.
+    if hasattr(config, "workerinput") and os.environ.get(RUNS_ENV):
+        _FOLDER.append(Path(os.environ[RUNS_ENV]))
+    else:
+        _FOLDER.append(Path(tempfile.mkdtemp(prefix="d2l-nbval-")))
+        _OWNED.append(_FOLDER[-1])
+        os.environ[RUNS_ENV] = str(_FOLDER[-1])
     try:
         import nbval.kernel
     except ImportError:  # nbval absent: no notebooks run, nothing to patch
@@ -90,8 +100,11 @@ def pytest_configure(config):
 # first. Every other test goes to whichever worker is free. (xdist's own xdist_group mark cannot
 # do this under pytest 9: it renames the item, which pytest 9 no longer allows.)
 SAME_WORKER = (".ipynb::", "tests/test_decks.py::")
-# The longest test starts first on the other worker, so that neither ends long after the other.
+# The longest test starts first on the other worker, so that neither ends long after the other;
+# the notebook it runs alone goes first on the notebooks' worker, so that nbval's run of it (its
+# reference) is ready before the lone run is done.
 LONGEST_FIRST = "tests/test_hosted.py::test_a_lone_notebook_runs_on_a_hosted_stack"
+LONE_NOTEBOOK = "06-multiple-gpus-from-scratch.ipynb"
 
 
 def worker_scope(nodeid: str) -> str:
@@ -100,10 +113,10 @@ def worker_scope(nodeid: str) -> str:
 
 
 def pytest_collection_modifyitems(config, items):
-    # The order work is handed out in: the notebooks, the longest test (which in one process
-    # then reuses nbval's run of its notebook), then the rest as collected.
-    items.sort(key=lambda item: 0 if ".ipynb::" in item.nodeid else
-               1 if item.nodeid == LONGEST_FIRST else 2)
+    # The order work is handed out in: the lone notebook, the other notebooks, the longest test,
+    # then the rest as collected.
+    items.sort(key=lambda item: 0 if f"/{LONE_NOTEBOOK}::" in item.nodeid else
+               1 if ".ipynb::" in item.nodeid else 2 if item.nodeid == LONGEST_FIRST else 3)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -145,13 +158,15 @@ def outputs_from_messages(messages: list[dict]) -> list:
 
 
 _EXECUTED: dict = {}  # IPyNbFile -> its notebook with the outputs so far, None once a cell failed
-_FOLDER: list[Path] = []
+_FOLDER: list[Path] = []  # where finished runs are kept
+_OWNED: list[Path] = []   # the folder this process made, and removes at the end
+RUNS_ENV = "D2L_NBVAL_RUNS"
 
 
 def executed_folder(notebooks: list[Path]) -> Path | None:
     """The folder of the notebooks nbval ran in this session, if it ran every one of them."""
-    if _FOLDER and all((_FOLDER[0] / p.name).is_file() for p in notebooks):
-        return _FOLDER[0]
+    if _FOLDER and all((_FOLDER[-1] / p.name).is_file() for p in notebooks):
+        return _FOLDER[-1]
     return None
 
 
@@ -163,9 +178,9 @@ def pytest_runtest_protocol(item, nextitem):
         executed = _EXECUTED.pop(notebook)
         if executed is not None:
             import nbformat
-            if not _FOLDER:
-                _FOLDER.append(Path(tempfile.mkdtemp(prefix="d2l-nbval-")))
-            nbformat.write(executed, _FOLDER[0] / Path(str(notebook.fspath)).name)
+            target = _FOLDER[-1] / Path(str(notebook.fspath)).name
+            nbformat.write(executed, f"{target}.tmp")
+            os.replace(f"{target}.tmp", target)  # whole: another worker may be reading
     return result
 
 
@@ -201,9 +216,12 @@ def _quiet(source: str) -> bool:
 
 
 def pytest_unconfigure(config):
-    for folder in _FOLDER:
+    for folder in _OWNED:
         shutil.rmtree(folder, ignore_errors=True)
+        if os.environ.get(RUNS_ENV) == str(folder):
+            del os.environ[RUNS_ENV]
     _FOLDER.clear()
+    _OWNED.clear()
 
 
 @pytest.hookimpl(wrapper=True)
