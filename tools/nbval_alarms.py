@@ -164,7 +164,8 @@ RUNS_ENV = "D2L_NBVAL_RUNS"
 
 
 def executed_folder(notebooks: list[Path]) -> Path | None:
-    """The folder of the notebooks nbval ran in this session, if it ran every one of them."""
+    """The folder of the notebooks nbval ran in this session (on any xdist worker), if it ran
+    every one of them."""
     if _FOLDER and all((_FOLDER[-1] / p.name).is_file() for p in notebooks):
         return _FOLDER[-1]
     return None
