@@ -117,6 +117,14 @@ slides html: $(call ready,site) $(REPORT_DIR)/summary.json
 $(REPORT_DIR)/summary.json: $(wildcard notebooks/*.ipynb) | $(call ready,report)
 	$(MAKE) report
 
+# The notebooks as students get them (build/student/notebooks/): every worked solution removed
+# (the BEGIN SOLUTION regions that nbgrader and otter-grader read), every check still runs.
+# STUDENT_ARGS=--run also executes them, in the active profile, and fails if one does not run.
+STUDENT_ARGS ?=
+.PHONY: student
+student: $(call ready,report)
+	$(PY) -m tools.student --out build/student $(STUDENT_ARGS)
+
 # The notebooks on the stacks students and runners have (tools/compat.py): torch 2.6, 2.11 and
 # the newest on the index, each as `make test USE_CURRENT_ENV=1` in an environment of its own,
 # then every notebook copied alone into an empty folder and run on a hosted platform's stack

@@ -60,6 +60,8 @@ _EXPORTS = {
     "kvstore": ["acknowledged_steps", "committed_step"],
     # capstone: a character-level transformer on The Time Machine (notebook 09, its DDP worker)
     "transformer": ["TinyGPT", "capstone_sizes", "lm_loss", "load_text"],
+    # exercises: a one-line check of a student's answer (worked solutions, make student)
+    "exercises": ["check"],
 }
 _OWNER = {name: module for module, names in _EXPORTS.items() for name in names}
 __all__ = sorted(_OWNER)

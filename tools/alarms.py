@@ -28,6 +28,11 @@ ALARM_PATTERNS: list[tuple[str, re.Pattern, str]] = [
     # (the CUDA build of torch prints them on a CPU too).
     ("profiler-usdt", re.compile(r"^USDT:"),
      "Kineto's tracepoint notice at a profiler session's start and stop (CUDA build of torch)"),
+    # dx.check under a worked solution (d2l_extras/exercises.py): "Exercise 2: not yet: ...".
+    # In the notebooks as stored, every exercise has its solution, which must pass its check.
+    ("exercise-check", re.compile(r"^Exercise [\w.]+: not yet\b"),
+     "a worked solution fails its own check: fix the solution, or the check if the exercise "
+     "has more than one right answer"),
     # torch.utils.cpp_extension at the first torch.compile on a CPU with the CUDA build of torch:
     # "No CUDA runtime is found, using CUDA_HOME='/usr/local/cuda'".
     ("cuda-home", re.compile(r"No CUDA runtime is found, using CUDA_HOME"),

@@ -10,9 +10,18 @@ is derived from the cells themselves and rerun whenever a notebook changes:
   shows sub-slides below their slide: press the down arrow);
 - a code cell that draws a plot gets a sub-slide of its own, and the cell after it starts another,
   so that a picture is never pushed below the fold by code or prose;
+- a Markdown cell that would bring the current slide's prose above WORDS words starts a
+  sub-slide too (a projected slide holds about 120 words);
 - a cell tagged `no-slide` (imports, set-up, recording figures for `make report`, checks) is left
-  out of the decks: slide type "skip", which nbconvert's slides and RISE both honour;
+  out of the decks: slide type "skip", which nbconvert's slides and RISE both honour; so are the
+  code of a worked solution and the exercise checks that follow it (`dx.check`);
+- a worked solution in Markdown (an answer in words, the quiz's answers) becomes speaker notes
+  ("notes"): the instructor sees it in reveal.js's speaker view, the room does not;
 - every other cell continues the current (sub-)slide ("-").
+A worked solution is a cell with a `BEGIN SOLUTION` ... `END SOLUTION` region, the markers
+nbgrader and otter-grader read (`# BEGIN SOLUTION` in code, `<!-- BEGIN SOLUTION -->` in
+Markdown); it also gets nbgrader's cell metadata, and is collapsed in JupyterLab and Colab until
+the student opens it. `make student` removes the regions (tools/student.py).
 It also adds what a notebook needs to run from its own file on Colab, Kaggle or Studio Lab, all
 generated from pyproject.toml (tools/hosted.py): the launch badges under the title, the set-up
 cell, the platforms' GPU metadata and the figures of images/ embedded in their Markdown cells.
@@ -55,6 +64,12 @@ _FIGURE_IN_CODE = re.compile(r"\b(plt\.\w+|bar_chart|plot_\w+|Animator)\s*\(")
 _DATA_URI = re.compile(r"data:[^)\s]*\)")
 _HEADING = re.compile(r"(#{1,6})\s")
 NO_SLIDE = hosted.NO_SLIDE  # the cell tag that keeps a cell out of the decks
+WORDS = 120           # words of prose on one slide, at most
+# The region markers of a worked solution, as nbgrader and otter-grader write them.
+BEGIN = re.compile(r"^\s*(#+|<!--)\s*BEGIN SOLUTION\b")
+END = re.compile(r"^\s*(#+|<!--)\s*END SOLUTION\b")
+_CHECK = re.compile(r"\bdx\.check\s*\(")
+_COMMENT = re.compile(r"<!--.*?-->", re.S)
 
 
 def heading_level(cell: dict) -> int:
@@ -83,6 +98,23 @@ def hidden(cell: dict) -> bool:
     return NO_SLIDE in cell.get("metadata", {}).get("tags", [])
 
 
+def is_solution(cell: dict) -> bool:
+    """True if the cell holds a worked solution (a BEGIN SOLUTION region)."""
+    return any(BEGIN.match(line) for line in hosted.source_text(cell).splitlines())
+
+
+def is_check(cell: dict) -> bool:
+    """True if a code cell checks an exercise's answer (calls dx.check)."""
+    return cell.get("cell_type") == "code" and bool(_CHECK.search(hosted.source_text(cell)))
+
+
+def prose_words(cell: dict) -> int:
+    """Words of prose a Markdown cell shows (figures' data and HTML comments left out)."""
+    if cell.get("cell_type") != "markdown":
+        return 0
+    return len(_COMMENT.sub(" ", _DATA_URI.sub(" ", hosted.source_text(cell))).split())
+
+
 def draws(cell: dict) -> bool:
     """True if a code cell draws a plot (matplotlib or a d2l_extras/d2l plotting helper)."""
     return cell.get("cell_type") == "code" and bool(_FIGURE_IN_CODE.search(hosted.source_text(cell)))
@@ -90,19 +122,22 @@ def draws(cell: dict) -> bool:
 
 def slide_types(cells: list[dict]) -> list[str]:
     """The slideshow `slide_type` of every cell (see the module docstring for the rules)."""
-    types, used, after_plot = [], 0, False
+    types, used, words, after_plot = [], 0, 0, False
     for i, cell in enumerate(cells):
-        if i > 0 and hidden(cell):
-            types.append("skip")
+        if i > 0 and (hidden(cell) or is_check(cell) or is_solution(cell)):
+            notes = is_solution(cell) and cell.get("cell_type") == "markdown"
+            types.append("notes" if notes else "skip")
             continue
-        height, level = cell_lines(cell), heading_level(cell)
+        height, level, prose = cell_lines(cell), heading_level(cell), prose_words(cell)
         if i == 0 or level in (1, 2):
             kind = "slide"
-        elif level >= 3 or draws(cell) or after_plot or used + height > SLIDE_LINES:
+        elif (level >= 3 or draws(cell) or after_plot or used + height > SLIDE_LINES
+              or words + prose > WORDS):
             kind = "subslide"
         else:
             kind = "-"
         used = height if kind != "-" else used + height
+        words = prose if kind != "-" else words + prose
         after_plot = draws(cell)
         types.append(kind)
     return types
@@ -121,7 +156,26 @@ def apply(nb: dict, path: str | None = None) -> dict:
     nb.setdefault("metadata", {})["kernelspec"] = dict(KERNELSPEC)
     for cell, kind in zip(nb["cells"], slide_types(nb["cells"])):
         cell.setdefault("metadata", {})["slideshow"] = {"slide_type": kind}
+    number = 0
+    for cell in nb["cells"]:
+        if is_solution(cell):
+            number += 1
+            mark_solution(cell["metadata"], cell.get("cell_type") == "code", number)
+        else:  # a cell that no longer holds a solution opens as any other
+            for key in ("jupyter", "cellView", "nbgrader"):
+                cell["metadata"].pop(key, None)
     return nb
+
+
+def mark_solution(meta: dict, code: bool, number: int) -> None:
+    """Collapse a worked solution and give it nbgrader's metadata (number: its order)."""
+    # JupyterLab and Notebook 7 collapse the cell; Colab shows a code cell as a form (its
+    # `# @title` line) until double-clicked.
+    meta["jupyter"] = {"outputs_hidden": True, "source_hidden": True}
+    if code:
+        meta["cellView"] = "form"
+    meta["nbgrader"] = {"grade": False, "grade_id": f"solution-{number}", "locked": False,
+                        "schema_version": 3, "solution": True, "task": False}
 
 
 def detect_layout(text: str) -> dict:

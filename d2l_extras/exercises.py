@@ -1,0 +1,53 @@
+"""Exercises: a one-line check that tells a student whether an answer is right.
+
+A worked solution assigns its answer to a name declared above the solution (`side = ...`); the
+student version (`make student`) keeps the declaration and removes the solution, so the check
+below it says "not answered yet" instead of failing. A wrong answer gets one line with a hint,
+never a traceback: the student reads it and tries again.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, Callable
+
+# The first word of each verdict: tools/alarms.py fails an nbval run whose worked solution
+# prints WRONG, so a solution that stops passing its own check cannot go unnoticed.
+RIGHT, WRONG, OPEN = "right", "not yet", "not answered yet"
+
+
+def _passes(answer: Any, expected: Any, rel: float) -> bool:
+    """True if `answer` meets `expected`: a predicate, a number within `rel`, or an equal value."""
+    if callable(expected):
+        return bool(expected(answer))
+    if isinstance(answer, bool) != isinstance(expected, bool):
+        return False  # True is not the count 1, nor 0 a "no"
+    if isinstance(answer, numbers.Real) and isinstance(expected, numbers.Real):
+        return math.isclose(float(answer), float(expected), rel_tol=rel, abs_tol=0.0)
+    return bool(answer == expected)
+
+
+def check(label: str, answer: Any, expected: Any | Callable[[Any], bool], *,
+          rel: float = 1e-6, hint: str = "") -> bool | None:
+    """Print one line saying whether `answer` meets `expected`; return True, False or None.
+
+    `expected` is a value (numbers compare within the relative tolerance `rel`) or a predicate
+    that takes the answer. An answer still `...` (the student version's placeholder) is not
+    answered yet: None. A predicate that raises counts as a wrong answer, with its reason.
+    """
+    if not isinstance(label, str) or not label.strip():
+        raise TypeError(f"label must name the exercise, e.g. 'Exercise 2', got {label!r}")
+    if not isinstance(rel, numbers.Real) or isinstance(rel, bool) or not 0 <= rel < 1:
+        raise ValueError(f"rel must be a relative tolerance in [0, 1), got {rel!r}")
+    if answer is Ellipsis:
+        print(f"{label}: {OPEN}: replace the ... above with your answer")
+        return None
+    try:
+        ok = _passes(answer, expected, rel)
+    except Exception as err:  # the student's answer has the wrong type or shape
+        ok, hint = False, f"checking it raised {type(err).__name__}: {err}"[:160]
+    if ok:
+        print(f"{label}: {RIGHT}")
+        return True
+    print(f"{label}: {WRONG}" + (f": {hint}" if hint else ""))
+    return False

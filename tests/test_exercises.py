@@ -1,0 +1,58 @@
+"""dx.check: one line per answer, right, not yet (with a hint) or not answered yet."""
+import pytest
+
+import d2l_extras as dx
+from tools.alarms import alarm_lines
+
+
+def said(capsys):
+    return capsys.readouterr().out.strip()
+
+
+def test_a_right_answer_says_so(capsys):
+    assert dx.check("Exercise 1", 42, 42) is True
+    assert said(capsys) == "Exercise 1: right"
+    assert dx.check("Exercise 2", 0.1 + 0.2, 0.3) is True  # numbers within rel
+    assert dx.check("Exercise 3", 7, lambda n: n % 7 == 0) is True
+    assert dx.check("Exercise 4", "gloo", "gloo") is True
+
+
+def test_a_wrong_answer_gets_one_line_with_its_hint(capsys):
+    assert dx.check("Exercise 1", 41, 42, hint="count the bytes twice") is False
+    assert said(capsys) == "Exercise 1: not yet: count the bytes twice"
+    assert dx.check("Exercise 2", 1.1, 1.0, rel=0.05) is False
+    assert said(capsys) == "Exercise 2: not yet"
+    assert dx.check("Exercise 2", 1.04, 1.0, rel=0.05) is True
+    assert dx.check("Exercise 5", True, 1) is False  # a bool is not a count
+
+
+def test_the_placeholder_is_not_answered_yet(capsys):
+    assert dx.check("Exercise 3", ..., 3) is None
+    assert said(capsys) == "Exercise 3: not answered yet: replace the ... above with your answer"
+
+
+def test_an_answer_the_check_cannot_read_is_wrong_not_a_traceback(capsys):
+    assert dx.check("Exercise 4", "ten", lambda n: n > 5) is False
+    line = said(capsys)
+    assert line.startswith("Exercise 4: not yet: checking it raised TypeError")
+    assert "\n" not in line
+
+
+def test_bad_labels_and_tolerances_are_refused():
+    with pytest.raises(TypeError, match="label must name the exercise"):
+        dx.check("", 1, 1)
+    with pytest.raises(TypeError, match="label must name the exercise"):
+        dx.check(2, 1, 1)
+    for rel in (-0.1, 1.0, True, "5%"):
+        with pytest.raises(ValueError, match="rel must be a relative tolerance"):
+            dx.check("Exercise 1", 1, 1, rel=rel)
+
+
+def test_a_failing_worked_solution_fails_nbval(capsys):
+    dx.check("Exercise 2", 1, 2)
+    outputs = [{"output_type": "stream", "name": "stdout", "text": capsys.readouterr().out}]
+    assert [name for name, _ in alarm_lines(outputs)] == ["exercise-check"]
+    dx.check("Exercise 2", 2, 2)
+    dx.check("Exercise 2", ..., 2)
+    outputs = [{"output_type": "stream", "name": "stdout", "text": capsys.readouterr().out}]
+    assert alarm_lines(outputs) == []

@@ -1,0 +1,185 @@
+"""Ready to teach (issue 33): every notebook ends the same way and carries what a class needs.
+
+- its last sections are Quiz, Summary, Exercises and Sources, in this order;
+- the quiz asks 3-5 questions and a worked solution (Markdown) answers each of them;
+- every exercise has a worked solution in code, `# @title Exercise N ...`, whose regions the
+  student version removes (tools/student.py) leaving code that compiles and every name that the
+  exercise's check reads; each check names its exercise;
+- every slide that carries an idea (one that opens with a heading, Sources aside) has speaker
+  notes in its cell's metadata (`notes`), which `make slides` shows in the speaker view;
+- no slide holds more than nbmeta.WORDS words of prose, no lecture part more than 35 slides.
+"""
+import ast
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+from tools import nbmeta, student  # noqa: E402
+
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+ENDING = ["Quiz", "Summary", "Exercises", "Sources"]
+MAX_SLIDES = 35  # a lecture of 50-75 minutes
+NOTE_WORDS = 120
+ITEM = re.compile(r"^\d+\.\s", re.M)
+TITLE = re.compile(r"^# @title Exercise (\d+)\b")
+LABEL = re.compile(r"\bdx\.check\(\s*[\"']Exercise (\d+)[\"']")
+
+
+def load(path):
+    return json.loads(path.read_text(encoding="utf-8"))["cells"]
+
+
+def text(cell):
+    return "".join(cell["source"])
+
+
+def section_starts(cells):
+    """{'Quiz': index, ...} for every `##` heading, and the order they come in."""
+    found = []
+    for i, cell in enumerate(cells):
+        if nbmeta.heading_level(cell) == 2:
+            found.append((text(cell).lstrip("# ").splitlines()[0].strip(), i))
+    return found
+
+
+def ending(cells):
+    sections = section_starts(cells)
+    return [name for name, _ in sections[-len(ENDING):]], dict(sections)
+
+
+def slides(cells):
+    """Each (sub-)slide as (index of its first cell, [its cells]), in order."""
+    out = []
+    for i, cell in enumerate(cells):
+        kind = cell["metadata"].get("slideshow", {}).get("slide_type")
+        if kind in ("slide", "subslide"):
+            out.append((i, [cell]))
+        elif kind == "-" and out:
+            out[-1][1].append(cell)
+    return out
+
+
+def parts(cells):
+    """Slides per lecture part: a `#` heading after the first cell starts a new part."""
+    counts = [0]
+    for i, cell in enumerate(cells):
+        if i > 0 and nbmeta.heading_level(cell) == 1:
+            counts.append(0)
+        if cell["metadata"].get("slideshow", {}).get("slide_type") in ("slide", "subslide"):
+            counts[-1] += 1
+    return counts
+
+
+def bound_names(source):
+    tree = ast.parse(source)
+    return {node.id for node in ast.walk(tree)
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)}
+
+
+def loaded_names(source):
+    return {node.id for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_the_lesson_ends_with_quiz_summary_exercises_sources(path):
+    names, _ = ending(load(path))
+    assert names == ENDING, f"{path.name}: the last sections are {names}, want {ENDING}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_the_quiz_asks_three_to_five_questions_and_answers_them(path):
+    cells = load(path)
+    _, at = ending(cells)
+    quiz = [c for c in cells[at["Quiz"]:at["Summary"]] if not nbmeta.is_solution(c)
+            and c["cell_type"] == "markdown"]
+    answers = [c for c in cells[at["Quiz"]:at["Summary"]] if nbmeta.is_solution(c)]
+    asked = sum(len(ITEM.findall(text(c))) for c in quiz)
+    assert 3 <= asked <= 5, f"{path.name}: the quiz asks {asked} questions, want 3 to 5"
+    assert len(answers) == 1 and answers[0]["cell_type"] == "markdown", \
+        f"{path.name}: answer the quiz in one Markdown cell with a BEGIN SOLUTION region"
+    given = len(ITEM.findall(text(answers[0])))
+    assert given == asked, f"{path.name}: {asked} questions, {given} numbered answers"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_exercise_has_a_worked_solution_and_its_checks_name_it(path):
+    cells = load(path)
+    _, at = ending(cells)
+    listed = len(ITEM.findall(text(cells[at["Exercises"]])))
+    tail = cells[at["Exercises"]:at["Sources"]]
+    solved = [int(TITLE.match(text(c)).group(1)) for c in tail
+              if c["cell_type"] == "code" and nbmeta.is_solution(c) and TITLE.match(text(c))]
+    untitled = [i for i, c in enumerate(tail) if c["cell_type"] == "code"
+                and nbmeta.is_solution(c) and not TITLE.match(text(c))]
+    assert listed >= 3, f"{path.name}: list the exercises as a numbered list ({listed} found)"
+    assert not untitled, f"{path.name}: start each solution with '# @title Exercise N ...'"
+    assert sorted(set(solved)) == list(range(1, listed + 1)), \
+        f"{path.name}: exercises 1-{listed} listed, solutions for {sorted(set(solved))}"
+    assert solved == sorted(solved), f"{path.name}: solutions out of order: {solved}"
+    checked = [int(n) for c in cells for n in LABEL.findall(text(c))]
+    assert set(checked) <= set(range(1, listed + 1)), \
+        f"{path.name}: checks name exercises {checked}, but {listed} are listed"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_the_student_version_keeps_what_the_checks_read(path):
+    cells = load(path)
+    code = [(i, c) for i, c in enumerate(cells) if c["cell_type"] == "code"]
+    for n, (i, cell) in enumerate(code):
+        if not nbmeta.is_solution(cell):
+            continue
+        stripped = student.strip_source(text(cell), code=True)
+        compile(stripped, f"{path.name} cell {i} (student version)", "exec")
+        assert "BEGIN SOLUTION" not in stripped and "END SOLUTION" not in stripped
+        lost = bound_names(text(cell)) - bound_names(stripped)
+        later = [c for _, c in code[n + 1:] if nbmeta.is_check(c)]
+        read = set().union(*(loaded_names(text(c)) for c in later)) if later else set()
+        assert not lost & read, (
+            f"{path.name} cell {i}: a check reads {sorted(lost & read)}, which only the solution "
+            f"assigns; declare it above the region (`name = ...`)")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_idea_slide_has_speaker_notes(path):
+    missing, long = [], []
+    for i, group in slides(load(path)):
+        head = group[0]
+        if not nbmeta.heading_level(head) or text(head).lstrip("# ").startswith("Sources"):
+            continue
+        notes = head["metadata"].get("notes")
+        if not isinstance(notes, str) or not notes.strip():
+            missing.append(f"cell {i} ({text(head).splitlines()[0][:40]})")
+        elif len(notes.split()) > NOTE_WORDS:
+            long.append(f"cell {i}: {len(notes.split())} words")
+    assert not missing, f"{path.name}: add metadata 'notes' to {missing}"
+    assert not long, f"{path.name}: speaker notes of at most {NOTE_WORDS} words: {long}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_slides_hold_little_prose_and_parts_fit_a_lecture(path):
+    cells = load(path)
+    wordy = [(i, sum(nbmeta.prose_words(c) for c in group)) for i, group in slides(cells)]
+    wordy = [f"cell {i}: {n} words" for i, n in wordy if n > nbmeta.WORDS]
+    assert not wordy, f"{path.name}: at most {nbmeta.WORDS} words a slide: {wordy}"
+    counts = parts(cells)
+    assert max(counts) <= MAX_SLIDES, \
+        f"{path.name}: {counts} slides per part; split with a `#` heading, or trim"
+
+
+def test_the_checks_of_this_file_can_fail():
+    md = lambda s, **m: {"cell_type": "markdown", "source": s, "metadata": m}  # noqa: E731
+    cells = [md("# T"), md("## Quiz"), md("## Exercises"), md("## Summary"), md("## Sources")]
+    assert ending(cells)[0] == ["Quiz", "Exercises", "Summary", "Sources"]
+    assert parts([md("# A", slideshow={"slide_type": "slide"}),
+                  md("# B", slideshow={"slide_type": "slide"})]) == [1, 1]
+    assert bound_names("x = 1\nfor y in z: pass") == {"x", "y"}
+    assert loaded_names("dx.check('Exercise 1', x, 2)") == {"dx", "x"}
+    with pytest.raises(ValueError, match="no END SOLUTION"):
+        student.strip_source("# BEGIN SOLUTION\nx = 1\n", code=True)

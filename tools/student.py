@@ -1,0 +1,113 @@
+"""make student: the notebooks as a student gets them, every worked solution removed.
+
+    python -m tools.student [--out build/student] [--run] [notebooks/NN-name.ipynb ...]
+
+A worked solution is a region between `BEGIN SOLUTION` and `END SOLUTION` lines, the markers
+nbgrader and otter-grader read (tools/nbmeta.py). In code the region becomes `# your code here`
+(`...` where it sits in an indented block); the answer's declaration above it (`side = ...`) stays,
+so the exercise's check says "not answered yet" and the notebook still runs to the end. In
+Markdown (an answer in words, the quiz's answers) it becomes "*Your answer here.*". The copies
+open with their cells expanded and carry no outputs. --run executes them (tools/report.py) and
+exits 1 if one fails.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+from pathlib import Path
+
+try:
+    from tools import nbmeta
+except ImportError:  # run as a script: tools/ is on sys.path
+    import nbmeta
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_OUT = ROOT / "build" / "student"
+CODE_STUB, TEXT_STUB = "# your code here", "*Your answer here.*"
+
+
+def strip_source(text: str, code: bool) -> str:
+    """`text` with every solution region replaced by its stub; ValueError if a region is open."""
+    out, inside, begun = [], False, 0
+    for number, line in enumerate(text.splitlines(keepends=True), 1):
+        if nbmeta.BEGIN.match(line):
+            if inside:
+                raise ValueError(f"line {number}: BEGIN SOLUTION inside a solution region")
+            inside, begun = True, number
+            indent = line[:len(line) - len(line.lstrip())]
+            stub = CODE_STUB if code else TEXT_STUB
+            if code and indent:  # an indented block needs a statement
+                stub = "...  " + CODE_STUB
+            out.append(indent + stub + "\n")
+        elif nbmeta.END.match(line):
+            if not inside:
+                raise ValueError(f"line {number}: END SOLUTION without a BEGIN SOLUTION")
+            inside = False
+        elif not inside:
+            out.append(line)
+    if inside:
+        raise ValueError(f"line {begun}: BEGIN SOLUTION has no END SOLUTION")
+    return "".join(out).rstrip("\n")
+
+
+def student_version(nb: dict) -> dict:
+    """A copy of notebook `nb` without solutions, outputs or collapsed cells."""
+    nb = copy.deepcopy(nb)
+    for index, cell in enumerate(nb["cells"]):
+        if nbmeta.is_solution(cell):
+            code = cell["cell_type"] == "code"
+            try:
+                text = strip_source("".join(cell["source"]), code)
+            except ValueError as err:
+                raise ValueError(f"cell {index}: {err}") from None
+            cell["source"] = text.splitlines(keepends=True)
+            for key in ("jupyter", "cellView"):  # the stub opens expanded, to be filled in
+                cell["metadata"].pop(key, None)
+        if cell["cell_type"] == "code":
+            cell["outputs"], cell["execution_count"] = [], None
+    return nb
+
+
+def write(paths: list[Path], out: Path) -> list[Path]:
+    """Write the student version of each notebook into `out`; return the files written."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for path in paths:
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            student = student_version(nb)
+        except ValueError as err:
+            raise ValueError(f"{path.name}: {err}") from None
+        target = out / path.name
+        target.write_text(json.dumps(student, indent=1, ensure_ascii=False, sort_keys=True)
+                          + "\n", encoding="utf-8")
+        written.append(target)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: see the module docstring."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("notebooks", nargs="*", type=Path,
+                        help="notebooks (default: every notebook in notebooks/)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--run", action="store_true",
+                        help="execute the student versions; exit 1 if one fails")
+    args = parser.parse_args(argv)
+    paths = args.notebooks or sorted((ROOT / "notebooks").glob("*.ipynb"))
+    try:
+        written = write(paths, args.out / "notebooks")
+    except ValueError as err:
+        print(f"error: {err}; close every region with END SOLUTION", file=sys.stderr)
+        return 2
+    print(f"{len(written)} student notebooks written to {args.out / 'notebooks'}/")
+    if not args.run:
+        return 0
+    from tools import report
+    return report.report(written, args.out / "run")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
