@@ -148,6 +148,7 @@ def test_xdist_workers_keep_their_runs_in_the_controllers_folder(tmp_path, monke
     ("notebooks/04-hardware.ipynb::Cell 3", "notebooks"),
     ("notebooks/04-hardware.ipynb::Cell records", "notebooks"),
     ("tests/test_decks.py::test_every_slide_fits[00]", "notebooks"),
+    ("tests/test_lessons.py::test_at_most_one_line_says_what_was_skipped[00]", "notebooks"),
     ("tests/test_hosted.py::test_a_lone_notebook_runs_on_a_hosted_stack",
      "tests/test_hosted.py::test_a_lone_notebook_runs_on_a_hosted_stack"),
     ("tests/test_hosted.py::test_setup_cell_fits_six_lines_of_a_slide",

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_slides import SECTIONS, build  # noqa: E402
+from test_slides import PART2, SECTIONS, build  # noqa: E402
 from tools.browser import Browser, find_chromium  # noqa: E402
 
 pytest.importorskip("websocket", reason="websocket-client is not installed (requirements.txt)")
@@ -75,11 +75,16 @@ def test_deck_has_a_slide_per_section_with_its_pictures(site):
         cells = json.loads((site["slides"].parent / "executed" / "demo.ipynb").read_text())["cells"]
         kinds = [c["metadata"]["slideshow"]["slide_type"] for c in cells]
         assert kinds.count("subslide") >= 2
+        # ... less the second lecture part's slides: a deck of its own.
         assert browser.evaluate("Reveal.getTotalSlides()") == \
-            kinds.count("slide") + kinds.count("subslide")
+            kinds.count("slide") + kinds.count("subslide") - PART2
         images = loaded_images(browser)
         assert len(images) == 2, f"expected the Markdown figure and the plot, got {images}"
         assert typeset_math(browser) >= 2, "MathJax did not typeset the formulas"
+        # The speaker view (S) shows each slide's notes, from the notebook's metadata.
+        assert browser.evaluate("Reveal.hasPlugin('notes')")
+        browser.evaluate("Reveal.slide(0, 0)")
+        assert "on any k" in browser.evaluate("Reveal.getSlideNotes()")
         for h, v in ((0, 0), (1, 0), (1, 1), (2, 0)):
             browser.evaluate(f"Reveal.slide({h}, {v})")
             time.sleep(1.0)  # the slide transition

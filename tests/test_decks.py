@@ -1,4 +1,5 @@
-"""Every slide of every notebook's deck fits a projector (1280x720), as an instructor shows it.
+"""Every slide of every notebook's deck fits a projector (1280x720), as an instructor shows it,
+and each lecture part is a lecture: at most 35 slides, speaker notes on every idea slide.
 
 The notebooks are executed in the active profile (`ci` in `make test`) by tools/report.py, the
 decks are cut by tools/nbsite.py as `make slides` cuts them, and tools/deckcheck.py visits every
@@ -47,19 +48,26 @@ def browser():
         yield opened
 
 
+def parts_of(decks, path):
+    """The decks cut from one notebook: NN-name, then NN-name-part2, ... (nbsite.deck_name)."""
+    return [decks[name] for name in sorted(decks)
+            if name == path.stem or name.startswith(path.stem + "-part")]
+
+
 def test_every_notebook_has_a_deck(decks):
-    assert sorted(decks) == [p.stem for p in NOTEBOOKS]
+    assert {name.split("-part")[0] for name in decks} == {p.stem for p in NOTEBOOKS}
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_every_slide_fits_at_1280x720(decks, browser, path):
-    problems = deckcheck.check_deck(browser, decks[path.stem])
-    assert not problems, f"{len(problems)} slides do not fit:\n" + "\n".join(problems)
+def test_every_slide_fits_at_1280x720_and_has_its_notes(decks, browser, path):
+    problems = [p for deck in parts_of(decks, path) for p in deckcheck.check_deck(browser, deck)]
+    assert not problems, f"{len(problems)} problems:\n" + "\n".join(problems)
 
 
-def test_the_check_sees_a_slide_that_overflows(tmp_path):
+def test_the_check_sees_a_slide_that_overflows_or_has_no_notes(tmp_path, monkeypatch):
     tall = "\n".join(f"<p>line {i}</p>" for i in range(60))
     wide = "<pre>" + "x" * 400 + "</pre>"
+    note = '<aside class="notes">Say this.</aside>'
     deck = tmp_path / "bad.slides.html"
     reveal = nbsite.reveal_dir()
     if reveal is None:
@@ -67,12 +75,22 @@ def test_the_check_sees_a_slide_that_overflows(tmp_path):
     deck.write_text(f"""<html><head><link rel="stylesheet" href="{(reveal / 'dist' / 'reveal.css')
         .as_uri()}"><style>.reveal .slides section {{ max-height: 700px; overflow-y: auto; }}
         pre {{ overflow-x: auto; }}</style></head><body><div class="reveal"><div class="slides">
-        <section><h2>fits</h2><p>short</p></section><section><h2>too tall</h2>{tall}</section>
-        <section><h2>too wide</h2>{wide}</section></div></div>
+        <section><h2>fits</h2><p>short</p>{note}</section>
+        <section><h2>too tall</h2>{tall}{note}</section>
+        <section><h2>too wide</h2>{wide}{note}</section>
+        <section><h2>silent</h2><p>no notes</p></section>
+        <section><p>a plot, no heading</p></section><section><h2>Sources</h2></section>
+        </div></div>
         <script src="{(reveal / 'dist' / 'reveal.js').as_uri()}"></script>
-        <script>Reveal.initialize({{width: 960, height: 700, center: false}});</script>
+        <script src="{(reveal / 'plugin' / 'notes' / 'notes.js').as_uri()}"></script>
+        <script>Reveal.initialize({{width: 960, height: 700, center: false,
+                                    plugins: [RevealNotes]}});</script>
         </body></html>""")
     problems = deckcheck.check([deck])
-    assert len(problems) == 2, problems
+    assert len(problems) == 3, problems
     assert "slide 2.1 (too tall): content" in problems[0]
     assert "slide 3.1 (too wide): a line cut" in problems[1]
+    assert "slide 4.1 (silent): no speaker notes" in problems[2]
+    monkeypatch.setattr(deckcheck, "MAX_SLIDES", 5)
+    problems = deckcheck.check([deck])
+    assert "bad.slides.html: 6 slides, more than 5 for one lecture" in problems[0]

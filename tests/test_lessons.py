@@ -7,7 +7,10 @@
   exercise's check reads; each check names its exercise;
 - every slide that carries an idea (one that opens with a heading, Sources aside) has speaker
   notes in its cell's metadata (`notes`), which `make slides` shows in the speaker view;
-- no slide holds more than nbmeta.WORDS words of prose, no lecture part more than 35 slides.
+- no slide holds more than nbmeta.WORDS words of prose, no lecture part more than 35 slides;
+- run by nbval in this session (tools/nbval_alarms.py keeps the runs; this file runs on the
+  notebooks' worker, after them), a notebook prints at most one line saying that GPU-only
+  content was skipped here.
 """
 import ast
 import json
@@ -20,7 +23,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-from tools import nbmeta, student  # noqa: E402
+from tools import nbmeta, nbval_alarms, student  # noqa: E402
+from tools.alarms import output_texts  # noqa: E402
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 ENDING = ["Quiz", "Summary", "Exercises", "Sources"]
@@ -29,6 +33,7 @@ NOTE_WORDS = 120
 ITEM = re.compile(r"^\d+\.\s", re.M)
 TITLE = re.compile(r"^# @title Exercise (\d+)\b")
 LABEL = re.compile(r"\bdx\.check\(\s*[\"']Exercise (\d+)[\"']")
+SKIPPED = re.compile(r"\b(skipped|not run here)\b", re.I)
 
 
 def load(path):
@@ -87,6 +92,15 @@ def loaded_names(source):
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
 
 
+def names_read(cell):
+    """Names a code cell reads; a solution's own assignments aside (it sets them again)."""
+    try:
+        read = loaded_names(text(cell))
+    except SyntaxError:  # IPython magics
+        return set()
+    return read - bound_names(text(cell)) if nbmeta.is_solution(cell) else read
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_the_lesson_ends_with_quiz_summary_exercises_sources(path):
     names, _ = ending(load(path))
@@ -139,11 +153,11 @@ def test_the_student_version_keeps_what_the_checks_read(path):
         compile(stripped, f"{path.name} cell {i} (student version)", "exec")
         assert "BEGIN SOLUTION" not in stripped and "END SOLUTION" not in stripped
         lost = bound_names(text(cell)) - bound_names(stripped)
-        later = [c for _, c in code[n + 1:] if nbmeta.is_check(c)]
-        read = set().union(*(loaded_names(text(c)) for c in later)) if later else set()
+        # Names a later cell reads (a check, the next exercise), less those it assigns again.
+        read = set().union(set(), *(names_read(c) for _, c in code[n + 1:]))
         assert not lost & read, (
-            f"{path.name} cell {i}: a check reads {sorted(lost & read)}, which only the solution "
-            f"assigns; declare it above the region (`name = ...`)")
+            f"{path.name} cell {i}: a later cell reads {sorted(lost & read)}, which only the "
+            f"solution assigns; declare it above the region (`name = ...`)")
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -173,6 +187,21 @@ def test_slides_hold_little_prose_and_parts_fit_a_lecture(path):
         f"{path.name}: {counts} slides per part; split with a `#` heading, or trim"
 
 
+def skipped_lines(cells):
+    return [line for cell in cells if cell["cell_type"] == "code"
+            for text in output_texts(cell.get("outputs", [])) for line in text.splitlines()
+            if SKIPPED.search(line)]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_at_most_one_line_says_what_was_skipped(path):
+    folder = nbval_alarms.executed_folder([path])
+    if folder is None:
+        pytest.skip("nbval did not run this notebook in this session (make test runs it)")
+    lines = skipped_lines(load(folder / path.name))
+    assert len(lines) <= 1, f"{path.name}: gather GPU-only cells into one section: {lines}"
+
+
 def test_the_checks_of_this_file_can_fail():
     md = lambda s, **m: {"cell_type": "markdown", "source": s, "metadata": m}  # noqa: E731
     cells = [md("# T"), md("## Quiz"), md("## Exercises"), md("## Summary"), md("## Sources")]
@@ -183,3 +212,6 @@ def test_the_checks_of_this_file_can_fail():
     assert loaded_names("dx.check('Exercise 1', x, 2)") == {"dx", "x"}
     with pytest.raises(ValueError, match="no END SOLUTION"):
         student.strip_source("# BEGIN SOLUTION\nx = 1\n", code=True)
+    out = [{"output_type": "stream", "name": "stdout", "text": "GPU check skipped: none\nok\n"}]
+    assert skipped_lines([{"cell_type": "code", "outputs": out}] * 2) == \
+        ["GPU check skipped: none"] * 2

@@ -138,14 +138,18 @@ def repo_image() -> str:
     return "../images/" + sorted((ROOT / "images").glob("*.png"))[0].name
 
 
-SECTIONS = 3  # the headings of executed_notebook()
+SECTIONS = 4  # the `#` and `##` headings of executed_notebook()'s first part
+PART2 = 2     # ... and of its second part
+SOLUTION = "answer = 1 + 1"
+ANSWER_IN_WORDS = "Two: one plus one."
 
 
 def executed_notebook(path: Path) -> Path:
     """Write a tiny notebook with outputs (as `make report` would leave it) and the slide metadata."""
     long_code = "\n".join(f"step_{i} = {i}  # a long cell becomes a sub-slide" for i in range(30))
     nb = notebook([
-        md("# Demo deck\n\nOn $k$ devices the sum is $\\sum_i g_i$."),
+        md("# Demo deck\n\nOn $k$ devices the sum is $\\sum_i g_i$.",
+           notes="Say: the sum is the **same** on any k."),
         # The launch badges load from the platforms' sites: left out of the offline pages.
         md(hosted.badges("notebooks/demo.ipynb"), tags=["launch", "no-slide"]),
         {**code(hosted.setup_source()), "metadata": {"tags": ["setup", "no-slide"]}},
@@ -156,8 +160,17 @@ def executed_notebook(path: Path) -> Path:
         code("dx.bar_chart({'eager': 2.0, 'compiled': 1.0})",
              [{"output_type": "display_data", "metadata": {},
                "data": {"image/png": figure_png(), "text/plain": "<Figure>"}}]),
-        md("## Long code"),
+        md("## Long code", notes="Point at the last line."),
         code(long_code, [{"output_type": "stream", "name": "stdout", "text": "done\n"}]),
+        md("## Exercises\n\n1. Add one to one.", notes="Homework: five minutes."),
+        code(f"# @title Exercise 1: add\nanswer = ...\n# BEGIN SOLUTION\n{SOLUTION}\n"
+             "# END SOLUTION"),
+        md(f"**Exercise 1, discussion.**\n<!-- BEGIN SOLUTION -->\n{ANSWER_IN_WORDS}\n"
+           "<!-- END SOLUTION -->"),
+        code("dx.check('Exercise 1', answer, 2)",
+             [{"output_type": "stream", "name": "stdout", "text": "Exercise 1: right\n"}]),
+        md("# Part two\n\nThe second lecture.", notes="Start after the break."),
+        md("## More", notes="The end."),
     ])
     for i, cell in enumerate(nb["cells"]):
         cell["id"] = f"cell-{i}"
@@ -182,8 +195,7 @@ def built(tmp_path_factory):
     return {"slides": build("slides", tmp), "html": build("html", tmp)}
 
 
-def test_slides_have_one_slide_per_section(built):
-    deck = (built["slides"] / "demo.slides.html").read_text(encoding="utf-8")
+def top_sections(deck: str) -> int:
     # nbconvert nests each slide's sub-slides in the slide's <section>: count the outer ones.
     depth, top = 0, 0
     for tag in re.findall(r"<(/?)section\b", deck):
@@ -192,7 +204,31 @@ def test_slides_have_one_slide_per_section(built):
             depth += 1
         else:
             depth -= 1
-    assert top == SECTIONS
+    return top
+
+
+def test_slides_have_one_slide_per_section_and_a_deck_per_part(built):
+    deck = (built["slides"] / "demo.slides.html").read_text(encoding="utf-8")
+    assert top_sections(deck) == SECTIONS
+    part2 = (built["slides"] / "demo-part2.slides.html").read_text(encoding="utf-8")
+    assert top_sections(part2) == PART2
+    assert "<title>Part two slides</title>" in part2 and "Demo deck" not in part2
+    assert "Part two" not in deck
+    assert not (built["html"] / "demo-part2.html").exists(), "a page shows the whole notebook"
+
+
+def test_speaker_notes_come_from_the_metadata_and_solutions_stay_out(built):
+    deck = (built["slides"] / "demo.slides.html").read_text(encoding="utf-8")
+    notes = re.findall(r'<aside class="notes">(.*?)</aside>', deck, re.S)
+    said = " ".join(notes)
+    for text in ("the <strong>same</strong> on any k", "Point at the last line",
+                 "Homework: five minutes", ANSWER_IN_WORDS):
+        assert text in said, f"{text!r} is not in the speaker notes"
+    assert len(notes) == 4
+    # The room sees neither the worked solution's code nor its check.
+    assert SOLUTION not in deck and "dx.check" not in deck
+    page = (built["html"] / "demo.html").read_text(encoding="utf-8")
+    assert "BEGIN SOLUTION" in page, "the page shows the whole notebook, solutions included"
 
 
 @pytest.mark.parametrize("kind,name", [("slides", "demo.slides.html"), ("html", "demo.html")])
@@ -218,6 +254,7 @@ def test_index_lists_notebooks_and_hardware(built, kind):
     target = "demo.slides.html" if kind == "slides" else "demo.html"
     assert f'href="{target}"' in index and "Demo deck" in index
     assert "Test CPU, 2 cores" in index
+    assert ('href="demo-part2.slides.html"' in index) == (kind == "slides")
 
 
 def test_index_shows_the_report_summary(tmp_path):
@@ -251,7 +288,8 @@ def test_notebook_without_slide_metadata_is_still_cut_into_slides(tmp_path, caps
         del cell["metadata"]["slideshow"]
     path.write_text(json.dumps(nb))
     rows = nbsite.build("slides", [path], tmp_path / "out", ROOT / "notebooks")
-    assert rows[0]["slides"] == SECTIONS
+    kinds = [t for t in nbmeta.slide_types(nb["cells"]) if t in ("slide", "subslide")]
+    assert [row["slides"] for row in rows] == [len(kinds) - PART2, PART2]
     assert "run python tools/nbmeta.py" in capsys.readouterr().out
 
 
@@ -279,3 +317,30 @@ def test_a_plot_gets_a_subslide_of_its_own():
              code("y = 2"), code("d2l.Animator(xlabel='epoch')"), md("## Next")]
     assert nbmeta.slide_types(cells) == ["slide", "-", "subslide", "subslide", "-", "subslide",
                                          "slide"]
+
+
+def test_a_worked_solution_is_collapsed_graded_and_out_of_the_deck():
+    solution = code("# @title Exercise 1: x\nx = ...\n# BEGIN SOLUTION\nx = 2\n# END SOLUTION")
+    words = md("**Exercise 1, discussion.**\n<!-- BEGIN SOLUTION -->\nBecause.\n"
+               "<!-- END SOLUTION -->")
+    check = code("dx.check('Exercise 1', x, 2)")
+    nb = nbmeta.apply(notebook([md("# T"), md("## Exercises\n1. x"), solution, words, check]))
+    assert [c["metadata"]["slideshow"]["slide_type"] for c in nb["cells"]] == \
+        ["slide", "slide", "skip", "notes", "skip"]
+    meta = nb["cells"][2]["metadata"]
+    assert meta["jupyter"] == {"outputs_hidden": True, "source_hidden": True}
+    assert meta["cellView"] == "form" and "cellView" not in nb["cells"][3]["metadata"]
+    assert meta["nbgrader"]["solution"] is True and meta["nbgrader"]["grade_id"] == "solution-1"
+    assert nb["cells"][3]["metadata"]["nbgrader"]["grade_id"] == "solution-2"
+    assert "nbgrader" not in nb["cells"][4]["metadata"]
+    # A cell whose markers are removed opens as any other again.
+    solution["source"] = "x = 2"
+    nbmeta.apply(nb)
+    assert not {"jupyter", "cellView", "nbgrader"} & set(nb["cells"][2]["metadata"])
+
+
+def test_a_slide_holds_at_most_WORDS_words_of_prose():
+    half = " ".join(["word"] * (nbmeta.WORDS // 2))
+    cells = [md("## S"), md(half), md(half), md("<!-- a comment -->\n" + "w " * 3)]
+    assert nbmeta.slide_types(cells) == ["slide", "-", "subslide", "-"]
+    assert nbmeta.prose_words(md("one ![x](data:image/png;base64,AAAA) two <!-- x y -->")) == 3

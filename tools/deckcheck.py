@@ -6,7 +6,9 @@
 A slide does not fit when its content is taller than the slide (reveal.js would make it scroll),
 when a code or output line is wider than its box (it is cut at the right edge), or when a picture
 is shrunk below 90 % of its size, which makes its 12 pt text smaller than 12 pt on the screen.
-Prints one line per problem and exits 1 if there is any.
+A deck also fails when it has more than MAX_SLIDES slides (a lecture of 50-75 minutes), or when
+a slide that opens with a heading (an idea; Sources aside) has no speaker notes for reveal.js's
+speaker view (issue 33). Prints one line per problem and exits 1 if there is any.
 """
 from __future__ import annotations
 
@@ -19,6 +21,8 @@ try:
     from tools.browser import Browser
 except ImportError:  # run as a script: tools/ is on sys.path
     from browser import Browser
+
+MAX_SLIDES = 35  # one lecture part
 
 # Run in the page for the current slide; returns what does not fit, in slide pixels.
 MEASURE = """(() => {
@@ -35,7 +39,12 @@ MEASURE = """(() => {
     if (img.naturalWidth && img.clientWidth < 0.9 * img.naturalWidth)
       out.push(`picture shrunk to ${Math.round(100 * img.clientWidth / img.naturalWidth)} %`);
   }
-  const title = (s.querySelector('h1,h2,h3') || {}).innerText || '';
+  // Headings on the slide itself, not inside its speaker notes.
+  const heads = [...s.querySelectorAll('h1,h2,h3')].filter(h => !h.closest('aside'));
+  const title = heads.length ? heads[0].innerText.replace(/\u00b6$/, '').trim() : '';
+  const notes = (Reveal.getSlideNotes(s) || '').replace(/<[^>]*>/g, '').trim();
+  if (title && !title.startsWith('Sources') && !notes)
+    out.push('no speaker notes (metadata "notes" of its first cell)');
   return JSON.stringify({title: title.slice(0, 50), problems: out});
 })()"""
 
@@ -50,6 +59,9 @@ def check_deck(browser: Browser, deck: Path) -> list[str]:
     stacks = browser.evaluate("Reveal.getHorizontalSlides().map("
                               "h => Math.max(1, h.querySelectorAll(':scope > section').length))")
     problems = []
+    if sum(stacks) > MAX_SLIDES:
+        problems.append(f"{deck.name}: {sum(stacks)} slides, more than {MAX_SLIDES} for one "
+                        "lecture: trim, or split the notebook into parts with a `#` heading")
     for h, count in enumerate(stacks):
         for v in range(count):
             browser.evaluate(f"Reveal.slide({h}, {v})")

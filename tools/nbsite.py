@@ -102,6 +102,35 @@ def was_executed(nb) -> bool:
                for c in nb.cells)
 
 
+def with_notes(nb) -> None:
+    """Put each cell's speaker notes (metadata `notes`) on its slide, as reveal.js notes."""
+    cells = []
+    for cell in nb.cells:
+        cells.append(cell)
+        notes = cell.metadata.get("notes")
+        if isinstance(notes, str) and notes.strip():
+            note = nbformat.v4.new_markdown_cell(notes)
+            note.metadata["slideshow"] = {"slide_type": "notes"}
+            cells.append(note)
+    nb.cells = cells
+
+
+def lecture_parts(nb) -> list[tuple[str, list]]:
+    """The notebook's lecture parts as (title, cells): a `#` heading after the first cell
+    starts a part (tools/nbmeta.py); the skipped cells before it stay with the part before."""
+    parts = [[hosted.title_of(nb), []]]
+    for index, cell in enumerate(nb.cells):
+        if index > 0 and nbmeta.heading_level(cell) == 1:
+            parts.append([cell.source.lstrip("# ").splitlines()[0].strip(), []])
+        parts[-1][1].append(cell)
+    return [(title, cells) for title, cells in parts]
+
+
+def deck_name(stem: str, part: int) -> str:
+    """A deck's file stem: the notebook's for its first part, `-partN` after it for the others."""
+    return stem if part == 1 else f"{stem}-part{part}"
+
+
 def _exporter(kind: str, urls: dict):
     from nbconvert import HTMLExporter, SlidesExporter
     # basedirs: where d2l_slides/ and d2l_page/ are found; paths: their shared d2l_*.j2 parts.
@@ -142,14 +171,23 @@ def build(kind: str, notebooks: list[Path], out: Path, source_dir: Path,
         for cell in nb.cells:  # a figure still linked as ../images/NAME.png is embedded
             if cell.cell_type == "markdown":
                 hosted.embed_figures(cell, source_dir.parent / "images")
-        body, _ = exporter.from_notebook_node(nb, resources={
-            "metadata": {"name": hosted.title_of(nb) or path.stem, "path": str(source_dir)}})
-        target = out / (path.stem + (".slides.html" if kind == "slides" else ".html"))
-        target.write_text(body, encoding="utf-8")
-        rows.append({"file": target.name, "notebook": path.name, "title": hosted.title_of(nb),
-                     "hardware": hardware_of(nb), "executed": was_executed(nb),
-                     "slides": sum(c.metadata.get("slideshow", {}).get("slide_type") == "slide"
-                                   for c in nb.cells)})
+        hardware = hardware_of(nb)
+        # A page shows the whole notebook; a deck is cut per lecture part, with its notes.
+        parts = [(hosted.title_of(nb), nb.cells)]
+        if kind == "slides":
+            with_notes(nb)
+            parts = lecture_parts(nb)
+        for number, (title, cells) in enumerate(parts, 1):
+            part = nbformat.from_dict({**nb, "cells": cells})
+            body, _ = exporter.from_notebook_node(part, resources={
+                "metadata": {"name": title or path.stem, "path": str(source_dir)}})
+            stem = deck_name(path.stem, number)
+            target = out / (stem + (".slides.html" if kind == "slides" else ".html"))
+            target.write_text(body, encoding="utf-8")
+            rows.append({"file": target.name, "notebook": path.name, "title": title,
+                         "hardware": hardware, "executed": was_executed(nb),
+                         "slides": sum(c.metadata.get("slideshow", {}).get("slide_type")
+                                       in ("slide", "subslide") for c in cells)})
     write_index(out, kind, rows, summary, urls["offline"])
     return rows
 

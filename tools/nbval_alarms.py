@@ -99,7 +99,7 @@ def pytest_configure(config):
 # reuses nbval's runs of them (executed_folder), share one worker, in collection order: notebooks
 # first. Every other test goes to whichever worker is free. (xdist's own xdist_group mark cannot
 # do this under pytest 9: it renames the item, which pytest 9 no longer allows.)
-SAME_WORKER = (".ipynb::", "tests/test_decks.py::")
+SAME_WORKER = (".ipynb::", "tests/test_decks.py::", "tests/test_lessons.py::")
 # The longest test starts first on the other worker, so that neither ends long after the other;
 # the notebook it runs alone goes first on the notebooks' worker, so that nbval's run of it (its
 # reference) is ready before the lone run is done.
