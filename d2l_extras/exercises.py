@@ -28,12 +28,13 @@ def _passes(answer: Any, expected: Any, rel: float) -> bool:
 
 
 def check(label: str, answer: Any, expected: Any | Callable[[Any], bool], *,
-          rel: float = 1e-6, hint: str = "") -> bool | None:
-    """Print one line saying whether `answer` meets `expected`; return True, False or None.
+          rel: float = 1e-6, hint: str = "") -> None:
+    """Print one line saying whether `answer` meets `expected` (right, not yet, not answered).
 
     `expected` is a value (numbers compare within the relative tolerance `rel`) or a predicate
     that takes the answer. An answer still `...` (the student version's placeholder) is not
-    answered yet: None. A predicate that raises counts as a wrong answer, with its reason.
+    answered yet. A predicate that raises counts as a wrong answer, with its reason. Returns
+    None, so that a cell ending with the call shows the line alone.
     """
     if not isinstance(label, str) or not label.strip():
         raise TypeError(f"label must name the exercise, e.g. 'Exercise 2', got {label!r}")
@@ -41,13 +42,9 @@ def check(label: str, answer: Any, expected: Any | Callable[[Any], bool], *,
         raise ValueError(f"rel must be a relative tolerance in [0, 1), got {rel!r}")
     if answer is Ellipsis:
         print(f"{label}: {OPEN}: replace the ... above with your answer")
-        return None
+        return
     try:
         ok = _passes(answer, expected, rel)
     except Exception as err:  # the student's answer has the wrong type or shape
         ok, hint = False, f"checking it raised {type(err).__name__}: {err}"[:160]
-    if ok:
-        print(f"{label}: {RIGHT}")
-        return True
-    print(f"{label}: {WRONG}" + (f": {hint}" if hint else ""))
-    return False
+    print(f"{label}: {RIGHT}" if ok else f"{label}: {WRONG}" + (f": {hint}" if hint else ""))
