@@ -136,8 +136,14 @@ def plot_timeline(events: Sequence, ax: plt.Axes | None = None, title: str | Non
 
 
 def plot_roofline(bandwidth_gbps: float, peak_gflops: float, kernels: Sequence = (),
-                  ax: plt.Axes | None = None, title: str | None = None) -> plt.Axes:
-    """Draw the roofline min(peak, bandwidth x intensity) on log axes, kernels as labelled dots."""
+                  ax: plt.Axes | None = None, title: str | None = None,
+                  memory_label: str | None = None) -> plt.Axes:
+    """Draw the roofline min(peak, bandwidth x intensity) on log axes, kernels as labelled dots.
+
+    `memory_label` replaces "memory N GB/s" and stands above the slanted roof, ending at the
+    ridge: say what set the roof (the probe, its buffer, in cache or DRAM), since a buffer that
+    fits in a cache measures the cache.
+    """
     if bandwidth_gbps <= 0 or peak_gflops <= 0:
         raise ValueError(f"plot_roofline needs bandwidth and peak > 0, got "
                          f"{bandwidth_gbps} GB/s and {peak_gflops} GFLOP/s")
@@ -150,8 +156,12 @@ def plot_roofline(bandwidth_gbps: float, peak_gflops: float, kernels: Sequence =
     ax.axvline(ridge, color="gray", ls=":", lw=1)
     ax.annotate(f"ridge {ridge:.2g} FLOP/B", (ridge, peak_gflops), textcoords="offset points",
                 xytext=(4, -16), fontsize=MIN_POINTS, color="gray")
-    ax.annotate(f"memory {bandwidth_gbps:.3g} GB/s", (lo, bandwidth_gbps * lo),
-                textcoords="offset points", xytext=(4, 6), fontsize=MIN_POINTS)
+    if memory_label:  # a longer label: above the slanted roof, ending at the ridge
+        ax.annotate(memory_label, (ridge, peak_gflops), textcoords="offset points",
+                    xytext=(-6, 4), ha="right", fontsize=MIN_POINTS)
+    else:
+        ax.annotate(f"memory {bandwidth_gbps:.3g} GB/s", (lo, bandwidth_gbps * lo),
+                    textcoords="offset points", xytext=(4, 6), fontsize=MIN_POINTS)
     ax.annotate(f"peak {peak_gflops:.3g} GFLOP/s", (hi, peak_gflops), textcoords="offset points",
                 xytext=(-4, 4), ha="right", fontsize=MIN_POINTS)
     for i, k in enumerate(kernels):

@@ -436,3 +436,14 @@ def test_plot_roofline_draws_roof_and_kernels():
     plt.close(ax.figure)
     with pytest.raises(ValueError, match="bandwidth and peak > 0"):
         dx.plot_roofline(0, 100.0)
+
+
+def test_plot_roofline_labels_the_memory_roof_with_what_was_measured():
+    import matplotlib.pyplot as plt
+    texts = lambda ax: [t.get_text() for t in ax.texts]  # noqa: E731
+    ax = dx.plot_roofline(10.0, 100.0)
+    assert "memory 10 GB/s" in texts(ax)
+    plt.close(ax.figure)
+    ax = dx.plot_roofline(10.0, 100.0, memory_label="copy, 512 MiB (DRAM): 10 GB/s")
+    assert "copy, 512 MiB (DRAM): 10 GB/s" in texts(ax) and "memory 10 GB/s" not in texts(ax)
+    plt.close(ax.figure)

@@ -119,7 +119,7 @@ def test_gpu_peak_check_reads_no_deprecated_tf32_flag(monkeypatch):
     rates = {"float32": {2048: 5e4}, "float16": {2048: 5e5}}     # GFLOP/s
     with dx.allow_tf32(True):
         printed = run_cell("8a9bf16a", accel=torch.device("cuda", 0), gpu_copy=3000.0,
-                           gpu_rates=rates)
+                           gpu_rates=rates, peak=dx.published_peak("NVIDIA H100 80GB HBM3"))
     assert "float32: 75% of 67 TFLOP/s" in printed and "float16: 51% of 989.4" in printed
 
 
@@ -127,11 +127,39 @@ def test_an_unknown_gpu_gets_no_published_peak_and_no_claim(monkeypatch):
     # A laptop RTX 4090 (576 GB/s, clocks set by the laptop) once met the desktop card's peaks.
     name = "NVIDIA GeForce RTX 4090 Laptop GPU"
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
-    printed = run_cell("8a9bf16a", accel=torch.device("cuda", 0), gpu_copy=2000.0,
-                       gpu_rates={"float32": {2048: 1e5}})
-    assert printed == f"GPU check skipped: no published peak for {name}\n"
-    printed = run_cell("1dc31eab", accel=torch.device("cuda", 0), gpu_name=name, peak=None)
-    assert printed == f"GPU roofline check skipped: no published peak for {name}\n"
+    cuda = torch.device("cuda", 0)
+    printed = run_cell("gpu-decide", accel=cuda, gpus=[cuda])
+    assert printed == (f"On a GPU: running on {name}; no published peak for it, so no "
+                       "data-sheet checks\n")
+    assert run_cell("8a9bf16a", accel=cuda, gpu_copy=2000.0, peak=None,
+                    gpu_rates={"float32": {2048: 1e5}}) == ""
+    assert run_cell("1dc31eab", accel=cuda, gpu_name=name, peak=None) == ""
+
+
+GPU_SECTION = ["gpu-decide", "5a27282d", "ab2ca5a9", "8a9bf16a", "77a17c78", "1dc31eab",
+               "7b7cbc29", "ba8bd905"]
+
+
+def test_without_a_gpu_the_gpu_section_prints_one_line():
+    # issue 33: a CPU run says once that the GPU cells did not run, not once per cell
+    namespace = {"dx": dx, "torch": torch, "accel": None, "gpus": []}
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        for cell_id in GPU_SECTION:
+            exec(compile(cell_source("04", cell_id), f"<04:{cell_id}>", "exec"), namespace)
+    assert out.getvalue() == ("On a GPU: not run here (no GPU); each cell below runs where "
+                              "one is present\n")
+    # what the latency table and the records file read is defined, empty
+    assert [namespace[k] for k in ("gpu_copy", "queued", "waited", "peer_best", "peak")] == \
+        [None] * 5 and namespace["gpu_rates"] == {} and namespace["links"] == {}
+
+
+@pytest.mark.parametrize("n_bytes, where", [(MiB, "in cache"), (16 * MiB, "in cache"),
+                                            (24 * MiB, "partly in cache"),
+                                            (32 * MiB, "DRAM"), (512 * MiB, "DRAM")])
+def test_held_says_whether_a_working_set_fits_the_last_level_cache(n_bytes, where):
+    held = notebook_namespace("04", ["held"])["held"]
+    assert held(n_bytes, 16 * MiB) == where
+    assert held(n_bytes, 0) == "cache size unknown"
 
 
 def h100_kernels(add_gbps=3000, mv_gbps=3000, mm_tflops=50):
