@@ -2,8 +2,11 @@
 # checked where one ran: run in its kernel after its last cell (tools/report.py; make test runs
 # it too, through nbval, so a GPU runner's make test fails when a claim does not hold there).
 dx.record("independent_work_ratio", ratio_devices.value, "1",
-          f"{len(xs)} workloads together / sum alone "
-          f"({'replicas' if simulated else 'GPUs'})")
+          f"{len(xs)} workloads together / one after the other "
+          f"({'GPUs' if on_gpus else 'two 1-thread CPU workers'})")
+dx.record("independent_work_speedup", independent_speedup.value, "x",
+          f"predicted {predicted:.2f}x"
+          + ("" if on_gpus else f", {held:.1f} of {cores} cores held by others"))
 dx.record("cpu_threads_speedup", speedup.speedup.value, "x",
           f"{threads} intra-op threads vs one")
 dx.record("cpu_overlap_efficiency", t_once.median / t_max, "1",
@@ -24,7 +27,7 @@ if on_cuda and kernels and copies:
     dx.record("overlap_hidden_share", hidden_gpu, "1",
               "share of the shorter activity overlapped (profiler)")
 
-if not simulated:  # the GPUs worked at the same time
+if on_gpus:  # the GPUs worked at the same time
     assert ratio_devices.high < 0.9, \
         f"{len(xs)} GPUs together took {ratio_devices} of their sum"
 if one_gpu:  # the CPU computed while the GPU did
