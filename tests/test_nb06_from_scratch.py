@@ -1,7 +1,9 @@
-"""Notebook 06 writes what it teaches (lenet, get_params, allreduce, split_batch, train_batch);
-the notebook is their only source. Here they are checked against independent references (the
+"""Notebook 06 writes what it teaches (lenet, get_params, allreduce, split_batch, map_devices,
+train_batch); the notebook is their only source. Here they are checked against independent references (the
 sum, torch.cat, one full-batch SGD step by autograd) and on the inputs the lesson does not show:
 uneven shards, one device, up to eight devices."""
+import threading
+
 import pytest
 import torch
 from torch.nn import functional as F
@@ -9,7 +11,7 @@ from torch.nn import functional as F
 import d2l_extras as dx
 from nbcells import notebook_namespace
 
-NAMES = ["lenet", "get_params", "allreduce", "split_batch", "train_batch"]
+NAMES = ["lenet", "get_params", "allreduce", "split_batch", "map_devices", "train_batch"]
 CPU = torch.device("cpu")
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py says why
@@ -66,6 +68,41 @@ def test_split_batch_keeps_order_and_differs_by_one_at_most(nb, n, k, sizes):
 def test_split_batch_refuses_mismatched_labels(nb):
     with pytest.raises(ValueError, match="10 examples"):
         nb["split_batch"](torch.zeros(10, 1), torch.zeros(9), dx.devices(2))
+
+
+def test_map_devices_runs_cpu_devices_at_once_one_core_each(nb):
+    # Each call waits at a barrier for the others: in turn, the first would time out.
+    k, before = 3, torch.get_num_threads()
+    meet = threading.Barrier(k, timeout=20)
+
+    def call(device, i):
+        meet.wait()
+        return i, threading.get_ident(), torch.get_num_threads()
+
+    out = nb["map_devices"](call, [CPU] * k, [CPU] * k, range(k))
+    assert [i for i, _, _ in out] == list(range(k)), "results in the devices' order"
+    assert len({ident for _, ident, _ in out}) == k, "a thread per device"
+    assert all(n == 1 for _, _, n in out), "one torch thread (a core) per device"
+    assert torch.get_num_threads() == before, "the thread count restored"
+
+
+def test_map_devices_calls_other_devices_in_turn_in_this_thread(nb):
+    # GPUs queue their kernels and return: no threads needed. "meta" stands in for them here.
+    meta, calls = torch.device("meta"), []
+    out = nb["map_devices"](lambda i: calls.append(threading.get_ident()) or i * i,
+                            [meta, meta], [2, 3])
+    assert out == [4, 9] and calls == [threading.get_ident()] * 2
+
+
+def test_map_devices_restores_the_thread_count_when_a_call_fails(nb):
+    before = torch.get_num_threads()
+
+    def fail(_):
+        raise RuntimeError("out of memory")
+
+    with pytest.raises(RuntimeError, match="out of memory"):
+        nb["map_devices"](fail, [CPU] * 2, [0, 1])
+    assert torch.get_num_threads() == before
 
 
 def sgd_reference(nb, X, y, params, lr):
