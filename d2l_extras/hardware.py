@@ -170,7 +170,7 @@ def devices(n: int) -> list[torch.device]:
     real = accelerators() or [torch.device("cpu")]
     line = (f"devices({n}): {len(real)} real, {n - len(real)} simulated as replicas on "
             f"{', '.join(sorted({str(d) for d in real}))} "
-            "(same arithmetic; no parallel speed-up, since they share the hardware).")
+            "(same arithmetic; they share its cores or its one GPU).")
     # Notebooks ask in many cells: told again only when what is simulated changes.
     if n > len(real) and line != _last_simulation_notice:
         _last_simulation_notice = line
