@@ -82,23 +82,41 @@ def parts(cells):
 
 
 def bound_names(source):
-    tree = ast.parse(source)
-    return {node.id for node in ast.walk(tree)
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)}
+    """Names a cell binds in the notebook's namespace (not inside its functions)."""
+    found, todo = set(), list(ast.parse(source).body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found.add(node.name)  # its body is a scope of its own
+        elif isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp,
+                               ast.GeneratorExp)):
+            continue
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            found.add(node.id)
+        else:
+            todo.extend(ast.iter_child_nodes(node))
+    return found
 
 
 def loaded_names(source):
-    return {node.id for node in ast.walk(ast.parse(source))
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
+    """Names a cell reads that it does not bind anywhere itself (loops, functions, arguments)."""
+    tree = ast.parse(source)
+    local = {node.id for node in ast.walk(tree)
+             if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load)}
+    local |= {node.arg for node in ast.walk(tree) if isinstance(node, ast.arg)}
+    return {node.id for node in ast.walk(tree)
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)} - local
 
 
 def names_read(cell):
-    """Names a code cell reads; a solution's own assignments aside (it sets them again)."""
+    """Names a code cell of the student version reads from the notebook's namespace."""
+    source = text(cell)
+    if nbmeta.is_solution(cell):  # stripped too in the student version
+        source = student.strip_source(source, code=True)
     try:
-        read = loaded_names(text(cell))
+        return loaded_names(source)
     except SyntaxError:  # IPython magics
         return set()
-    return read - bound_names(text(cell)) if nbmeta.is_solution(cell) else read
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -209,7 +227,9 @@ def test_the_checks_of_this_file_can_fail():
     assert parts([md("# A", slideshow={"slide_type": "slide"}),
                   md("# B", slideshow={"slide_type": "slide"})]) == [1, 1]
     assert bound_names("x = 1\nfor y in z: pass") == {"x", "y"}
+    assert bound_names("def f(a):\n    k = a\nz = [j for j in a]") == {"f", "z"}
     assert loaded_names("dx.check('Exercise 1', x, 2)") == {"dx", "x"}
+    assert loaded_names("for i in a: print(i)\nf = lambda t: t + b") == {"a", "print", "b"}
     with pytest.raises(ValueError, match="no END SOLUTION"):
         student.strip_source("# BEGIN SOLUTION\nx = 1\n", code=True)
     out = [{"output_type": "stream", "name": "stdout", "text": "GPU check skipped: none\nok\n"}]
