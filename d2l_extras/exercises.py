@@ -29,13 +29,10 @@ def _passes(answer: Any, expected: Any, rel: float) -> bool:
 
 def check(label: str, answer: Any, expected: Any | Callable[[Any], bool], *,
           rel: float = 1e-6, hint: str = "") -> None:
-    """Print one line saying whether `answer` meets `expected` (right, not yet, not answered).
-
-    `expected` is a value (numbers compare within the relative tolerance `rel`) or a predicate
-    that takes the answer. An answer still `...` (the student version's placeholder) is not
-    answered yet. A predicate that raises counts as a wrong answer, with its reason. Returns
-    None, so that a cell ending with the call shows the line alone.
-    """
+    """Print one line: does `answer` meet `expected` (a value, within `rel`, or a predicate)?"""
+    # `...`, the student version's placeholder, is not answered yet; a predicate that raises
+    # is a wrong answer with its reason. None returned: a cell ending with the call shows the
+    # line alone.
     if not isinstance(label, str) or not label.strip():
         raise TypeError(f"label must name the exercise, e.g. 'Exercise 2', got {label!r}")
     if not isinstance(rel, numbers.Real) or isinstance(rel, bool) or not 0 <= rel < 1:

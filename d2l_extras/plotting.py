@@ -138,12 +138,9 @@ def plot_timeline(events: Sequence, ax: plt.Axes | None = None, title: str | Non
 def plot_roofline(bandwidth_gbps: float, peak_gflops: float, kernels: Sequence = (),
                   ax: plt.Axes | None = None, title: str | None = None,
                   memory_label: str | None = None) -> plt.Axes:
-    """Draw the roofline min(peak, bandwidth x intensity) on log axes, kernels as labelled dots.
-
-    `memory_label` replaces "memory N GB/s" and stands above the slanted roof, ending at the
-    ridge: say what set the roof (the probe, its buffer, in cache or DRAM), since a buffer that
-    fits in a cache measures the cache.
-    """
+    """Draw the roofline min(peak, bandwidth x intensity) on log axes, kernels as labelled dots."""
+    # memory_label, where given, says what set the memory roof (the probe, its buffer, in cache
+    # or DRAM): a buffer that fits in a cache measures the cache, not "memory".
     if bandwidth_gbps <= 0 or peak_gflops <= 0:
         raise ValueError(f"plot_roofline needs bandwidth and peak > 0, got "
                          f"{bandwidth_gbps} GB/s and {peak_gflops} GFLOP/s")
