@@ -1,10 +1,5 @@
-"""Exercises: a one-line check that tells a student whether an answer is right.
-
-A worked solution assigns its answer to a name declared above the solution (`side = ...`); the
-student version (`make student`) keeps the declaration and removes the solution, so the check
-below it says "not answered yet" instead of failing. A wrong answer gets one line with a hint,
-never a traceback: the student reads it and tries again.
-"""
+"""Exercises: a one-line check that tells a student whether an answer is right, not yet right
+(with a hint) or not answered yet (the student version's `...`), never with a traceback."""
 from __future__ import annotations
 
 import math
