@@ -18,17 +18,17 @@ import re
 import sys
 from pathlib import Path
 
+import nbformat
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-from tools import nbmeta, nbval_alarms, student  # noqa: E402
+from tools import deckcheck, nbmeta, nbsite, nbval_alarms, student  # noqa: E402
 from tools.alarms import output_texts  # noqa: E402
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 ENDING = ["Quiz", "Summary", "Exercises", "Sources"]
-MAX_SLIDES = 35  # a lecture of 50-75 minutes
 NOTE_WORDS = 120
 ITEM = re.compile(r"^\d+\.\s", re.M)
 TITLE = re.compile(r"^# @title Exercise (\d+)\b")
@@ -71,14 +71,10 @@ def slides(cells):
 
 
 def parts(cells):
-    """Slides per lecture part: a `#` heading after the first cell starts a new part."""
-    counts = [0]
-    for i, cell in enumerate(cells):
-        if i > 0 and nbmeta.heading_level(cell) == 1:
-            counts.append(0)
-        if cell["metadata"].get("slideshow", {}).get("slide_type") in ("slide", "subslide"):
-            counts[-1] += 1
-    return counts
+    """Slides per lecture part, as `make slides` cuts the decks (nbsite.lecture_parts)."""
+    nb = nbformat.from_dict({"cells": cells, "metadata": {}})
+    return [sum(c["metadata"].get("slideshow", {}).get("slide_type") in ("slide", "subslide")
+                for c in part) for _, part in nbsite.lecture_parts(nb)]
 
 
 def bound_names(source):
@@ -201,7 +197,7 @@ def test_slides_hold_little_prose_and_parts_fit_a_lecture(path):
     wordy = [f"cell {i}: {n} words" for i, n in wordy if n > nbmeta.WORDS]
     assert not wordy, f"{path.name}: at most {nbmeta.WORDS} words a slide: {wordy}"
     counts = parts(cells)
-    assert max(counts) <= MAX_SLIDES, \
+    assert max(counts) <= deckcheck.MAX_SLIDES, \
         f"{path.name}: {counts} slides per part; split with a `#` heading, or trim"
 
 

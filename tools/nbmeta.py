@@ -124,8 +124,9 @@ def slide_types(cells: list[dict]) -> list[str]:
     """The slideshow `slide_type` of every cell (see the module docstring for the rules)."""
     types, used, words, after_plot = [], 0, 0, False
     for i, cell in enumerate(cells):
-        if i > 0 and (hidden(cell) or is_check(cell) or is_solution(cell)):
-            notes = is_solution(cell) and cell.get("cell_type") == "markdown"
+        solution = is_solution(cell)
+        if i > 0 and (hidden(cell) or is_check(cell) or solution):
+            notes = solution and cell.get("cell_type") == "markdown"
             types.append("notes" if notes else "skip")
             continue
         height, level, prose = cell_lines(cell), heading_level(cell), prose_words(cell)

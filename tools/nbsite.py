@@ -118,12 +118,12 @@ def with_notes(nb) -> None:
 def lecture_parts(nb) -> list[tuple[str, list]]:
     """The notebook's lecture parts as (title, cells): a `#` heading after the first cell
     starts a part (tools/nbmeta.py); the skipped cells before it stay with the part before."""
-    parts = [[hosted.title_of(nb), []]]
+    parts = [(hosted.title_of(nb), [])]
     for index, cell in enumerate(nb.cells):
         if index > 0 and nbmeta.heading_level(cell) == 1:
-            parts.append([cell.source.lstrip("# ").splitlines()[0].strip(), []])
+            parts.append((hosted.source_text(cell).lstrip("# ").splitlines()[0].strip(), []))
         parts[-1][1].append(cell)
-    return [(title, cells) for title, cells in parts]
+    return parts
 
 
 def deck_name(stem: str, part: int) -> str:
@@ -171,7 +171,7 @@ def build(kind: str, notebooks: list[Path], out: Path, source_dir: Path,
         for cell in nb.cells:  # a figure still linked as ../images/NAME.png is embedded
             if cell.cell_type == "markdown":
                 hosted.embed_figures(cell, source_dir.parent / "images")
-        hardware = hardware_of(nb)
+        hardware, executed = hardware_of(nb), was_executed(nb)
         # A page shows the whole notebook; a deck is cut per lecture part, with its notes.
         parts = [(hosted.title_of(nb), nb.cells)]
         if kind == "slides":
@@ -185,7 +185,7 @@ def build(kind: str, notebooks: list[Path], out: Path, source_dir: Path,
             target = out / (stem + (".slides.html" if kind == "slides" else ".html"))
             target.write_text(body, encoding="utf-8")
             rows.append({"file": target.name, "notebook": path.name, "title": title,
-                         "hardware": hardware, "executed": was_executed(nb),
+                         "hardware": hardware, "executed": executed,
                          "slides": sum(c.metadata.get("slideshow", {}).get("slide_type")
                                        in ("slide", "subslide") for c in cells)})
     write_index(out, kind, rows, summary, urls["offline"])
