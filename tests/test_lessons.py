@@ -24,7 +24,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-from tools import deckcheck, nbmeta, nbsite, nbval_alarms, student  # noqa: E402
+from tools import deckcheck, hosted, nbmeta, nbsite, nbval_alarms, student  # noqa: E402
 from tools.alarms import output_texts  # noqa: E402
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -40,8 +40,7 @@ def load(path):
     return json.loads(path.read_text(encoding="utf-8"))["cells"]
 
 
-def text(cell):
-    return "".join(cell["source"])
+text = hosted.source_text
 
 
 def section_starts(cells):
@@ -49,7 +48,7 @@ def section_starts(cells):
     found = []
     for i, cell in enumerate(cells):
         if nbmeta.heading_level(cell) == 2:
-            found.append((text(cell).lstrip("# ").splitlines()[0].strip(), i))
+            found.append((nbmeta.heading_text(cell), i))
     return found
 
 
@@ -62,10 +61,9 @@ def slides(cells):
     """Each (sub-)slide as (index of its first cell, [its cells]), in order."""
     out = []
     for i, cell in enumerate(cells):
-        kind = cell["metadata"].get("slideshow", {}).get("slide_type")
-        if kind in ("slide", "subslide"):
+        if nbmeta.starts_slide(cell):
             out.append((i, [cell]))
-        elif kind == "-" and out:
+        elif cell["metadata"].get("slideshow", {}).get("slide_type") == "-" and out:
             out[-1][1].append(cell)
     return out
 
@@ -73,8 +71,7 @@ def slides(cells):
 def parts(cells):
     """Slides per lecture part, as `make slides` cuts the decks (nbsite.lecture_parts)."""
     nb = nbformat.from_dict({"cells": cells, "metadata": {}})
-    return [sum(c["metadata"].get("slideshow", {}).get("slide_type") in ("slide", "subslide")
-                for c in part) for _, part in nbsite.lecture_parts(nb)]
+    return [sum(map(nbmeta.starts_slide, part)) for _, part in nbsite.lecture_parts(nb)]
 
 
 def bound_names(source):
@@ -168,7 +165,7 @@ def test_the_student_version_keeps_what_the_checks_read(path):
         assert "BEGIN SOLUTION" not in stripped and "END SOLUTION" not in stripped
         lost = bound_names(text(cell)) - bound_names(stripped)
         # Names a later cell reads (a check, the next exercise), less those it assigns again.
-        read = set().union(set(), *(names_read(c) for _, c in code[n + 1:]))
+        read = set().union(*(names_read(c) for _, c in code[n + 1:]))
         assert not lost & read, (
             f"{path.name} cell {i}: a later cell reads {sorted(lost & read)}, which only the "
             f"solution assigns; declare it above the region (`name = ...`)")
@@ -179,7 +176,7 @@ def test_every_idea_slide_has_speaker_notes(path):
     missing, long = [], []
     for i, group in slides(load(path)):
         head = group[0]
-        if not nbmeta.heading_level(head) or text(head).lstrip("# ").startswith("Sources"):
+        if not nbmeta.heading_level(head) or nbmeta.heading_text(head).startswith("Sources"):
             continue
         notes = head["metadata"].get("notes")
         if not isinstance(notes, str) or not notes.strip():

@@ -52,6 +52,15 @@ def test_a_cell_that_overfills_the_slide_starts_a_subslide():
     assert nbmeta.slide_types(cells) == ["slide", "-", "subslide", "subslide", "slide"]
 
 
+def test_a_heading_gives_its_words_and_a_slide_type_says_where_slides_start():
+    assert nbmeta.heading_text(md("\n## Quiz \n\n1. Why?")) == "Quiz"
+    assert nbmeta.heading_text(md("#hashtag, not a heading")) == ""
+    assert nbmeta.heading_text(code("# a comment")) == ""
+    kinds = ["slide", "subslide", "-", "skip", "notes"]
+    cells = [md("x", slideshow={"slide_type": kind}) for kind in kinds] + [md("no type")]
+    assert [nbmeta.starts_slide(c) for c in cells] == [True, True, False, False, False, False]
+
+
 def test_figures_take_room_on_a_slide():
     assert nbmeta.cell_lines(md("![c](../images/x.png)")) == 1 + nbmeta.FIGURE_LINES
     assert nbmeta.cell_lines(code("dx.bar_chart({'a': 1})")) == \

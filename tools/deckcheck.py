@@ -58,9 +58,9 @@ def check_deck(browser: Browser, deck: Path) -> list[str]:
     browser.wait_for("!window.MathJax || !MathJax.Hub || MathJax.Hub.queue.pending === 0", 20)
     stacks = browser.evaluate("Reveal.getHorizontalSlides().map("
                               "h => Math.max(1, h.querySelectorAll(':scope > section').length))")
-    problems = []
-    if sum(stacks) > MAX_SLIDES:
-        problems.append(f"{deck.name}: {sum(stacks)} slides, more than {MAX_SLIDES} for one "
+    problems, total = [], sum(stacks)
+    if total > MAX_SLIDES:
+        problems.append(f"{deck.name}: {total} slides, more than {MAX_SLIDES} for one "
                         "lecture: trim, or split the notebook into parts with a `#` heading")
     for h, count in enumerate(stacks):
         for v in range(count):

@@ -81,6 +81,18 @@ def heading_level(cell: dict) -> int:
     return len(match.group(1)) if match else 0
 
 
+def heading_text(cell: dict) -> str:
+    """The words of the heading a Markdown cell starts with, '' if it starts with none."""
+    if not heading_level(cell):
+        return ""
+    return hosted.source_text(cell).strip().splitlines()[0].lstrip("#").strip()
+
+
+def starts_slide(cell: dict) -> bool:
+    """True if the cell's stored slide type opens a slide or a sub-slide."""
+    return cell.get("metadata", {}).get("slideshow", {}).get("slide_type") in ("slide", "subslide")
+
+
 def cell_lines(cell: dict) -> int:
     """Lines a cell takes on a slide, estimated from its source alone."""
     # A figure embedded as a data URI is one picture, however long its text.
@@ -155,16 +167,16 @@ def apply(nb: dict, path: str | None = None) -> dict:
     if path is not None:
         hosted.apply(nb, path)
     nb.setdefault("metadata", {})["kernelspec"] = dict(KERNELSPEC)
-    for cell, kind in zip(nb["cells"], slide_types(nb["cells"])):
-        cell.setdefault("metadata", {})["slideshow"] = {"slide_type": kind}
     number = 0
-    for cell in nb["cells"]:
+    for cell, kind in zip(nb["cells"], slide_types(nb["cells"])):
+        meta = cell.setdefault("metadata", {})
+        meta["slideshow"] = {"slide_type": kind}
         if is_solution(cell):
             number += 1
-            mark_solution(cell["metadata"], cell.get("cell_type") == "code", number)
+            mark_solution(meta, cell.get("cell_type") == "code", number)
         else:  # a cell that no longer holds a solution opens as any other
             for key in ("jupyter", "cellView", "nbgrader"):
-                cell["metadata"].pop(key, None)
+                meta.pop(key, None)
     return nb
 
 

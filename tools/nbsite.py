@@ -121,7 +121,7 @@ def lecture_parts(nb) -> list[tuple[str, list]]:
     parts = [(hosted.title_of(nb), [])]
     for index, cell in enumerate(nb.cells):
         if index > 0 and nbmeta.heading_level(cell) == 1:
-            parts.append((hosted.source_text(cell).lstrip("# ").splitlines()[0].strip(), []))
+            parts.append((nbmeta.heading_text(cell), []))
         parts[-1][1].append(cell)
     return parts
 
@@ -186,8 +186,7 @@ def build(kind: str, notebooks: list[Path], out: Path, source_dir: Path,
             target.write_text(body, encoding="utf-8")
             rows.append({"file": target.name, "notebook": path.name, "title": title,
                          "hardware": hardware, "executed": executed,
-                         "slides": sum(c.metadata.get("slideshow", {}).get("slide_type")
-                                       in ("slide", "subslide") for c in cells)})
+                         "slides": sum(map(nbmeta.starts_slide, cells))})
     write_index(out, kind, rows, summary, urls["offline"])
     return rows
 
