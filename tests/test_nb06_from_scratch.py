@@ -1,7 +1,7 @@
 """Notebook 06 writes what it teaches (lenet, get_params, allreduce, split_batch, map_devices,
-train_batch); the notebook is their only source. Here they are checked against independent references (the
-sum, torch.cat, one full-batch SGD step by autograd) and on the inputs the lesson does not show:
-uneven shards, one device, up to eight devices."""
+train_batch); the notebook is their only source. Here they are checked against independent
+references (the sum, torch.cat, one full-batch SGD step by autograd) and on the inputs the lesson
+does not show: uneven shards, one device, up to eight devices."""
 import threading
 
 import pytest
