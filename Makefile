@@ -99,6 +99,16 @@ bench: $(call ready,test)
 report: $(call ready,report)
 	$(PY) -m tools.report --out $(REPORT_DIR)
 
+# Every GPU path in one short command (tools/gpucheck.py): the notebooks in three parallel lanes
+# in the class profile, the tests that need a GPU (pytest -m gpu) and short probes, stopped at
+# GPU_CHECK_DEADLINE seconds; 6 files in GPU_CHECK_OUT. About 8 minutes on one H100. Without a
+# GPU it stops at once; GPU_CHECK_DRY=1 runs the same lanes with CUDA hidden, in the ci profile.
+GPU_CHECK_OUT ?= build/gpu-check
+GPU_CHECK_DEADLINE ?= 420
+.PHONY: gpu-check
+gpu-check: $(call ready,gpu-check)
+	GPU_CHECK_OUT=$(GPU_CHECK_OUT) GPU_CHECK_DEADLINE=$(GPU_CHECK_DEADLINE) $(PY) -m tools.gpucheck
+
 # Run every notebook RUNS times in the profile (D2L_PROFILE, default class) and list each printed
 # reading whose words (numbers masked) changed between runs, and each notebook's run times;
 # exits non-zero if one changed. Not part of `make test`: three class runs take half an hour.

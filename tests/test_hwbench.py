@@ -24,7 +24,12 @@ from conftest import GPUS
 from nbcells import notebook_namespace
 
 MiB = 1024 ** 2
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+_no_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def needs_cuda(test):
+    """Skip `test` without a CUDA GPU; mark it `gpu`, so that make gpu-check runs it."""
+    return pytest.mark.gpu(_no_cuda(test))
 # "Same order of magnitude": two ways of timing the same work agree within this factor even when
 # other jobs take the cores away from one of them for a while.
 ORDER = 10

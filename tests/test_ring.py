@@ -165,6 +165,7 @@ def test_check_input_depends_on_the_rank_only():
 
 
 @pytest.mark.timeout(150)
+@pytest.mark.gpu
 @pytest.mark.skipif(dx.hardware.expected_gpus() < 2, reason="a GPU runner's test (D2L_EXPECT_GPUS >= 2)")
 def test_dist_ring_runs_on_nccl_over_every_gpu_promised():
     # On a runner that promises N GPUs, the ring runs on all N with NCCL, not gloo on the CPU.

@@ -27,6 +27,9 @@ NEEDS = {
     "test": RUN + [("pytest", "pytest"), ("nbval", "nbval"), ("pytest_timeout", "pytest-timeout")],
     "lab": RUN + [("jupyterlab", "jupyterlab"), ("jupyterlab_rise", "jupyterlab-rise")],
     "report": RUN + [("nbclient", "nbclient"), ("nbformat", "nbformat")],
+    # make gpu-check: the report's lanes, and pytest for the tests only a GPU runs
+    "gpu-check": RUN + [("nbclient", "nbclient"), ("nbformat", "nbformat"), ("pytest", "pytest"),
+                        ("pytest_timeout", "pytest-timeout")],
     # make slides / make html: the report's run, then nbconvert's exporters
     "site": RUN + [("nbclient", "nbclient"), ("nbformat", "nbformat"), ("nbconvert", "nbconvert")],
 }

@@ -57,8 +57,13 @@ def _current_python_kernel_manager():
     return ThisPythonKernelManager
 
 
-def execute_notebook(source: Path, target: Path, env: dict, cell_timeout: float) -> str | None:
-    """Execute `source` in a kernel of this Python, save it to `target`; return the error or None."""
+def execute_notebook(source: Path, target: Path, env: dict, cell_timeout: float,
+                     deadline: float | None = None) -> str | None:
+    """Execute `source` in a kernel of this Python, save it to `target`; return the error or None.
+
+    `deadline` (a time.time() value) interrupts the cell still running then, as Ctrl-C would, so
+    that it cleans up (dx.launch ends its workers), and ends the notebook there.
+    """
     import nbformat
     from nbclient import NotebookClient
 
@@ -69,6 +74,11 @@ def execute_notebook(source: Path, target: Path, env: dict, cell_timeout: float)
     client = NotebookClient(nb, timeout=cell_timeout, kernel_name="this-python",
                             kernel_manager_class=_current_python_kernel_manager(),
                             resources={"metadata": {"path": str(source.parent)}})
+    if deadline is not None:
+        client.timeout_func = lambda cell: max(1, min(cell_timeout, int(deadline - time.time())))
+        client.interrupt_on_timeout = True
+        client.error_on_timeout = {"ename": "DeadlineExceeded", "traceback": [],
+                                   "evalue": "interrupted at the deadline"}
     error = None
     try:
         client.execute(env=env)
@@ -212,8 +222,13 @@ def _hardware() -> tuple[dict | None, str | None]:
 
 def report(paths: list[Path], out: Path, cell_timeout: float = 900,
            execute: Callable = execute_notebook,
-           hardware: Callable[[], tuple[dict | None, str | None]] = _hardware) -> int:
-    """Run the notebooks, write the summary under `out`; return 1 if one failed, else 0."""
+           hardware: Callable[[], tuple[dict | None, str | None]] = _hardware,
+           deadline: float | None = None) -> int:
+    """Run the notebooks, write the summary under `out`; return 1 if one failed, else 0.
+
+    With a `deadline` (a time.time() value), the notebook running then is interrupted and those
+    after it are not started; each is reported as failed, with the reason.
+    """
     from d2l_extras.profiles import profile
     from d2l_extras.report import ENV_VAR, RECORDS, read_records
 
@@ -230,7 +245,12 @@ def report(paths: list[Path], out: Path, cell_timeout: float = 900,
         env = {**os.environ, ENV_VAR: str(out), "D2L_REPORT_NOTEBOOK": name}
         print(f"report: running {path.name} ...", flush=True)
         start = time.perf_counter()
-        error = execute(path, target, env, cell_timeout)
+        if deadline is None:
+            error = execute(path, target, env, cell_timeout)
+        elif time.time() >= deadline:
+            error = "not started: the deadline had passed"
+        else:
+            error = execute(path, target, env, cell_timeout, deadline=deadline)
         seconds = time.perf_counter() - start
         alarms = notebook_alarms(target) if target.exists() else []
         print(f"report: {path.name} {'FAILED: ' + error if error else 'ok'} ({seconds:.1f} s)",
@@ -257,12 +277,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="output directory (default: build/report, ignored by git)")
     parser.add_argument("--cell-timeout", type=float, default=900,
                         help="seconds one cell may run (default: 900)")
+    parser.add_argument("--deadline", type=float, default=None,
+                        help="a time.time() value: interrupt the notebook running then and "
+                             "start no other (default: none)")
     args = parser.parse_args(argv)
     paths = [p.resolve() for p in args.notebooks] or sorted(NOTEBOOKS.glob("*.ipynb"))
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
         parser.error(f"no such notebook: {', '.join(missing)}")
-    return report(paths, args.out, args.cell_timeout)
+    return report(paths, args.out, args.cell_timeout, deadline=args.deadline)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,327 @@
+"""make gpu-check: every GPU path of the project on this machine, in parallel lanes, by a deadline.
+
+    python -m tools.gpucheck [--out build/gpu-check] [--deadline 420] [--dry]
+
+The notebooks run in three lanes at once (09 alone, 06-08, 00-05), each a `tools.report` process
+in the profile GPU_CHECK_PROFILE (default class: a GPU's own sizes), sharing one cold Inductor
+and Triton cache. A fourth lane runs the tests only a GPU can run (`pytest -m gpu`) and the probes
+(`tools.gpuprobes`). At the deadline (seconds from the start) the cell still running is
+interrupted and the notebooks after it are not started; each is reported with what it had.
+At most 8 files land in OUT, none in a folder:
+
+    summary.md, summary.json  the GPU and software; each notebook's status, seconds, first error
+                              and recorded figures; the tests; each probe's figure
+    notebooks.tar.gz          the executed notebooks
+    logs.tar.gz               each lane's log (nbclient, torchrun workers, NCCL_DEBUG=WARN),
+                              each notebook's stderr (Dynamo recompiles and graph breaks), pytest
+    trace.json.gz             a Kineto trace of one training step (chrome://tracing, Perfetto)
+    env.txt                   versions, torch.cuda.get_arch_list(), nvidia-smi -q
+
+The summary is written also when something failed; the exit status is then 1. Without a GPU it
+stops at once (status 2) unless --dry (GPU_CHECK_DRY=1), which hides CUDA and runs the same lanes
+in the ci profile, so that the harness itself is tested on a CPU.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = ROOT / "notebooks"
+DEFAULT_OUT = ROOT / "build" / "gpu-check"
+# The longest first: 09 compiles five variants and trains; 06-08 launch torchrun; 00-05 measure.
+LANES = [("09", ("09",)), ("06-08", ("06", "07", "08")), ("00-05", ("00", "01", "02", "03", "04", "05"))]
+GRACE = 60       # seconds after the deadline for interrupted kernels to end and lanes to report
+OUT_FILES = ("summary.md", "summary.json", "notebooks.tar.gz", "logs.tar.gz", "trace.json.gz",
+             "env.txt")
+
+
+def plan(notebooks: list[Path]) -> list[tuple[str, list[Path]]]:
+    """Split the notebooks into LANES by their number; one not named there joins the last lane."""
+    lanes = [(name, [nb for nb in notebooks if nb.name[:2] in prefixes]) for name, prefixes in LANES]
+    named = {p for _, prefixes in LANES for p in prefixes}
+    lanes[-1][1].extend(nb for nb in notebooks if nb.name[:2] not in named)
+    return [(name, paths) for name, paths in lanes if paths]
+
+
+def lane_env(work: Path, dry: bool, gpus: int, profile: str) -> dict:
+    """The environment of every lane: profile, GPUs expected, one compile cache, loud logs."""
+    env = {**os.environ, "D2L_PROFILE": profile, "D2L_EXPECT_GPUS": str(gpus),
+           "TORCHINDUCTOR_CACHE_DIR": str(work / "inductor"),
+           "TRITON_CACHE_DIR": str(work / "triton"), "NCCL_DEBUG": "WARN",
+           "TORCH_LOGS": "recompiles,graph_breaks", "PYTHONUNBUFFERED": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    if dry:
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    return env
+
+
+class Lane:
+    """A group of commands run one after another in a process group of their own, with a log."""
+
+    def __init__(self, name: str, commands: list[list[str]], log: Path, env: dict):
+        self.name, self.commands, self.log, self.env = name, commands, log, env
+        self.returncodes: list[int | None] = []
+        self.seconds = 0.0
+        self.process: subprocess.Popen | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        start = time.perf_counter()
+        with open(self.log, "w", encoding="utf-8") as log:
+            for command in self.commands:
+                log.write(f"$ {' '.join(command)}\n")
+                log.flush()
+                self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                                env=self.env, cwd=ROOT, start_new_session=True)
+                self.returncodes.append(self.process.wait())
+        self.seconds = time.perf_counter() - start
+
+    def stop(self) -> None:
+        """End the running command and everything it started (kernels have sessions of their own)."""
+        import psutil
+        if not self.process or self.process.poll() is not None:
+            return
+        try:
+            family = [psutil.Process(self.process.pid)]
+            family += family[0].children(recursive=True)
+        except psutil.NoSuchProcess:
+            return
+        for p in family:
+            with contextlib.suppress(psutil.Error):
+                p.terminate()
+        _, alive = psutil.wait_procs(family, timeout=10)
+        for p in alive:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        psutil.wait_procs(alive, timeout=5)
+
+
+def run_lanes(lanes: list[Lane], until: float) -> list[str]:
+    """Start the lanes, wait until each ends or `until` (time.time()); return those stopped."""
+    for lane in lanes:
+        lane.thread.start()
+    stopped = []
+    for lane in lanes:
+        lane.thread.join(max(0.0, until - time.time()))
+        if lane.thread.is_alive():
+            stopped.append(lane.name)
+            lane.commands.clear()  # first, so that no later command of the lane starts
+            lane.stop()
+            lane.thread.join(15)
+            lane.stop()
+    return stopped
+
+
+# ---------------------------------------------------------------- the summary
+
+def notebook_rows(work: Path, lanes: list[tuple[str, list[Path]]], stopped: list[str]) -> list[dict]:
+    """One row per notebook from its lane's summary.json, or why the lane gave none."""
+    rows = []
+    for name, paths in lanes:
+        summary = work / f"lane-{name}" / "summary.json"
+        done = json.loads(summary.read_text()) if summary.is_file() else None
+        by_name = {nb["notebook"]: nb for nb in (done or {}).get("notebooks", [])}
+        for path in paths:
+            nb = by_name.get(path.stem) or {
+                "notebook": path.stem, "seconds": 0.0, "records": [], "alarms": [],
+                "error": ("the lane was stopped after the deadline's grace" if name in stopped
+                          else "the lane ended without a summary: see its log")}
+            rows.append({**nb, "lane": name})
+    return rows
+
+
+def _cell(text) -> str:
+    return str(text if text is not None else "").replace("|", "\\|").replace("\n", " ")
+
+
+def render(summary: dict) -> str:
+    """summary.md: the machine, the notebooks, the tests, the probes, then each notebook's figures."""
+    from tools.report import _value, render_hardware
+
+    out = [f"# make gpu-check{' (dry run: CUDA hidden)' if summary['dry'] else ''}", "",
+           f"Generated {summary['generated']}, profile `{summary['profile']}`, deadline "
+           f"{summary['deadline']} s, {summary['seconds']:.0f} s in all. The lanes ran at the same "
+           "time on one machine, so each timing is a lower bound for a quiet one.", "",
+           "## Machine", ""]
+    out += render_hardware(summary.get("hardware"))
+    out += ["", "## Notebooks", "", "| notebook | lane | status | seconds | figures | first error |",
+            "| --- | --- | --- | --- | --- | --- |"]
+    for nb in summary["notebooks"]:
+        status = "FAILED" if nb.get("error") else "ok"
+        out.append(f"| {nb['notebook']} | {nb['lane']} | {status} | {nb['seconds']:.1f} | "
+                   f"{len(nb['records'])} | {_cell(nb.get('error') or '')[:200]} |")
+    tests = summary["tests"]
+    out += ["", "## Tests that need a GPU", "", f"`pytest -m gpu`: exit {tests['returncode']}, "
+            f"{_cell(tests['result'])}", ""]
+    if tests.get("unit"):
+        out += [f"The other unit tests (GPU_CHECK_UNIT=1): {_cell(tests['unit'])}", ""]
+    out += ["## Probes", ""]
+    out += [f"- **{p['probe']}** ({p.get('seconds', 0):.1f} s): {_cell(p['line'])}"
+            for p in summary["probes"]] or ["(the probes did not report)"]
+    for nb in summary["notebooks"]:
+        out += ["", f"## {nb['notebook']}", ""]
+        out += [f"- alarm line in cell {c} ({pattern}): `{_cell(line)}`"
+                for c, pattern, line in nb.get("alarms", [])]
+        if nb["records"]:
+            out += ["| figure | value | unit | note |", "| --- | --- | --- | --- |"]
+            out += [f"| {_cell(r['key'])} | {_value(r['value'])} | {_cell(r['unit'])} | "
+                    f"{_cell(r['note'])} |" for r in nb["records"]]
+        else:
+            out.append("(no figures recorded)")
+    return "\n".join(out) + "\n"
+
+
+def pytest_result(log: Path, first: bool = False) -> str:
+    """The last (or first) summary line pytest printed ('3 passed, 1 skipped in 4.2s')."""
+    import re
+    if not log.is_file():
+        return "no log"
+    found = [ln.strip("= ") for ln in log.read_text(errors="replace").splitlines()
+             if re.search(r"\d+ (passed|failed|skipped|deselected|errors?)\b|no tests ran", ln)
+             and not ln.startswith(("SKIPPED", "FAILED", "ERROR"))]
+    return found[0 if first else -1] if found else "no summary line: see logs.tar.gz"
+
+
+def notebook_stderr(path: Path) -> str:
+    """The stderr streams of an executed notebook (Dynamo's logs, NCCL warnings), by cell."""
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    parts = []
+    for i, cell in enumerate(nb.get("cells", [])):
+        text = "".join("".join(o.get("text", "")) for o in cell.get("outputs", [])
+                       if o.get("output_type") == "stream" and o.get("name") == "stderr")
+        if text:
+            parts.append(f"--- cell {i}\n{text}")
+    return "\n".join(parts)
+
+
+def pack(out: Path, work: Path) -> None:
+    """Archive the executed notebooks and the logs into OUT, beside the trace and env.txt."""
+    executed = sorted(work.glob("lane-*/notebooks/*.ipynb"))
+    with tarfile.open(out / "notebooks.tar.gz", "w:gz") as tar:
+        for path in executed:
+            tar.add(path, arcname=f"notebooks/{path.name}")
+    logs = work / "logs"
+    for path in executed:
+        text = notebook_stderr(path)
+        if text:
+            (logs / f"{path.stem}.stderr.txt").write_text(text, encoding="utf-8")
+    with tarfile.open(out / "logs.tar.gz", "w:gz") as tar:
+        tar.add(logs, arcname="logs")
+    for name in ("trace.json.gz", "env.txt"):
+        if (work / "probes" / name).is_file():
+            (work / "probes" / name).replace(out / name)
+
+
+# ---------------------------------------------------------------- the whole check
+
+def check(out: Path, deadline: float, dry: bool, profile: str, unit: bool = False) -> int:
+    """Run the lanes, the GPU tests and the probes; write OUT; return 0 if all passed, else 1."""
+    import torch
+    gpus = 0 if dry else torch.cuda.device_count()
+    for name in OUT_FILES:  # one check is one run: no file of an earlier one stays
+        (out / name).unlink(missing_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.time()
+    with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
+        work = Path(tmp)
+        (work / "logs").mkdir()
+        env = lane_env(work, dry, gpus, profile)
+        py, notebooks = sys.executable, plan(sorted(NOTEBOOKS.glob("*.ipynb")))
+        lanes = [Lane(name, [[py, "-m", "tools.report", "--out", str(work / f"lane-{name}"),
+                              "--deadline", str(start + deadline), "--cell-timeout",
+                              str(deadline), *map(str, paths)]],
+                      work / "logs" / f"lane-{name}.log", env) for name, paths in notebooks]
+        lanes.append(Lane("checks", [
+            [py, "-m", "pytest", "-m", "gpu", "tests", "-q", "-p", "no:cacheprovider",
+             f"--timeout={int(deadline)}", "-o", "addopts=-ra"],
+            [py, "-m", "tools.gpuprobes", "--out", str(work / "probes")]]
+            # GPU_CHECK_UNIT=1: then every other unit test, as the GPU runner's make test would
+            + ([[py, "-m", "pytest", "-m", "not gpu", "tests", "-v", "-p", "no:cacheprovider",
+                 "-n", "2", "--timeout=300", "-o", "addopts=-ra"]] if unit else []),
+            work / "logs" / "checks.log", env))
+        print(f"gpu-check: {gpus} GPU(s){', CUDA hidden (dry run)' if dry else ''}, profile "
+              f"{profile}, lanes {', '.join(lane.name for lane in lanes)}; deadline {deadline:.0f} s",
+              flush=True)
+        stopped = run_lanes(lanes, start + deadline + GRACE)
+        from tools.report import _hardware
+        os.environ.update(D2L_PROFILE=profile, D2L_EXPECT_GPUS=str(gpus))
+        hw, _ = _hardware()
+        probes_file = work / "probes" / "probes.json"
+        checks = lanes[-1]
+        summary = {
+            "generated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "dry": dry, "profile": profile, "deadline": deadline, "hardware": hw,
+            "notebooks": notebook_rows(work, notebooks, stopped),
+            "tests": {"returncode": checks.returncodes[0] if checks.returncodes else None,
+                      "result": pytest_result(checks.log, first=True),
+                      "unit": (pytest_result(checks.log) + f" (exit {checks.returncodes[2]})"
+                               if len(checks.returncodes) > 2 else
+                               "stopped at the deadline" if unit else None)},
+            "probes": json.loads(probes_file.read_text()) if probes_file.is_file() else [],
+            "stopped": stopped, "seconds": time.time() - start}
+        summary["failed"] = ([nb["notebook"] for nb in summary["notebooks"] if nb.get("error")]
+                             + (["tests"] if summary["tests"]["returncode"] not in (0, 5) else [])
+                             + (["unit tests"] if unit and checks.returncodes[2:] != [0] else [])
+                             + [p["probe"] for p in summary["probes"] if p.get("failed")]
+                             + ([] if probes_file.is_file() else ["probes"]))
+        pack(out, work)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n",
+                                      encoding="utf-8")
+    (out / "summary.md").write_text(render(summary), encoding="utf-8")
+    for nb in summary["notebooks"]:
+        print(f"gpu-check: {nb['notebook']} [{nb['lane']}] "
+              f"{'FAILED: ' + str(nb['error'])[:160] if nb.get('error') else 'ok'} "
+              f"({nb['seconds']:.0f} s)")
+    print(f"gpu-check: tests {summary['tests']['result']}")
+    for p in summary["probes"]:
+        print(f"gpu-check: probe {p['probe']}: {p['line']}")
+    print(f"gpu-check: {summary['seconds']:.0f} s; summary in {out / 'summary.md'}"
+          + (f"; FAILED: {', '.join(summary['failed'])}" if summary["failed"] else ""))
+    return 1 if summary["failed"] else 0
+
+
+def _flag(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "yes", "true")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("GPU_CHECK_OUT") or DEFAULT_OUT),
+                        help="folder for the 6 files (default: GPU_CHECK_OUT or build/gpu-check)")
+    parser.add_argument("--deadline", type=float,
+                        default=float(os.environ.get("GPU_CHECK_DEADLINE") or 420),
+                        help="seconds after which running notebooks are stopped (default 420)")
+    parser.add_argument("--dry", action="store_true", default=_flag(os.environ.get("GPU_CHECK_DRY")),
+                        help="hide CUDA and run the same lanes on the CPU (GPU_CHECK_DRY=1)")
+    args = parser.parse_args(argv)
+    if args.deadline <= 0:
+        parser.error(f"--deadline must be a positive number of seconds, got {args.deadline:g}")
+    if args.dry:  # before torch initializes CUDA in this process
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    import torch
+    if not args.dry and not torch.cuda.is_available():
+        print("gpu-check: no CUDA GPU is visible here (torch "
+              f"{torch.__version__}); run it on a GPU machine, or GPU_CHECK_DRY=1 to test the "
+              "harness on this CPU", file=sys.stderr)
+        return 2
+    from d2l_extras.profiles import PROFILES
+    profile = os.environ.get("GPU_CHECK_PROFILE") or ("ci" if args.dry else "class")
+    if profile not in PROFILES:
+        parser.error(f"GPU_CHECK_PROFILE={profile!r}: choose one of {', '.join(PROFILES)}")
+    return check(args.out.resolve(), args.deadline, args.dry, profile,
+                 _flag(os.environ.get("GPU_CHECK_UNIT")))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
