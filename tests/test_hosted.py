@@ -313,6 +313,9 @@ def test_a_lone_notebook_runs_on_a_hosted_stack(tmp_path):
             python = compat.make_env(tmp_path / "env", sys.executable,
                                      compat.hosted_requirements(COLAB), log)
         except subprocess.CalledProcessError:
+            why = compat.offline_reason((tmp_path / "env.log").read_text())
+            if why:  # a GPU machine or a laptop offline: nothing to install from
+                pytest.skip(f"no package index answers ({why}): a hosted stack cannot be built")
             pytest.fail("could not build the hosted environment:\n"
                         + (tmp_path / "env.log").read_text()[-3000:])
     env = compat.hosted_environ(compat.package_copy(tmp_path / "source"))

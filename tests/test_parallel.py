@@ -186,6 +186,8 @@ def test_set_float32_precision_chooses_through_this_torchs_api(monkeypatch, caps
 
 def test_set_float32_precision_says_it_once_on_an_ampere_gpu(monkeypatch, capsys):
     matmul, cudnn = fake_backends(monkeypatch, "2.14.1")
+    # On a real H100 an earlier call may have said it already: a notice is once per process
+    monkeypatch.setattr(dx.report, "_NOTICED", set())
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H100 80GB HBM3")

@@ -16,6 +16,11 @@ HARDWARE = {"cpu": "Fake CPU", "cores": 4, "logical_cores": 8, "torch_threads": 
                               "free": 20 * GiB, "capability": "8.9"}]}
 
 
+def with_checkout() -> str:
+    """PYTHONPATH with this checkout first, as make sets it: the kernel may live on the rest."""
+    return os.pathsep.join(filter(None, [str(rp.ROOT), os.environ.get("PYTHONPATH")]))
+
+
 def write_records(directory, rows):
     directory.mkdir(parents=True, exist_ok=True)
     with open(directory / "records.jsonl", "w", encoding="utf-8") as f:
@@ -119,7 +124,7 @@ def test_a_real_kernel_of_this_python_records_and_saves(tmp_path):
     nbformat.write(nb, src)
     env = {**os.environ, "D2L_REPORT_DIR": str(tmp_path / "rec"),
            "D2L_REPORT_NOTEBOOK": "nb"}
-    env["PYTHONPATH"] = str(rp.ROOT)  # d2l_extras from this checkout, as under make
+    env["PYTHONPATH"] = with_checkout()  # d2l_extras from this checkout, as under make
     error = rp.execute_notebook(src, tmp_path / "out" / "nb.ipynb", env, cell_timeout=120)
     assert error == "cell 2: ZeroDivisionError: division by zero"
     executed = nbformat.read(tmp_path / "out" / "nb.ipynb", as_version=4)
@@ -137,7 +142,7 @@ def test_a_notebooks_records_run_after_its_last_cell_and_stay_out_of_the_copy(tm
     (tmp_path / "records").mkdir()
     (tmp_path / "records" / "nb.py").write_text("dx.record('answer', x, 'units')\n1 / 0\n")
     env = {**os.environ, "D2L_REPORT_DIR": str(tmp_path / "rec"), "D2L_REPORT_NOTEBOOK": "nb",
-           "PYTHONPATH": str(rp.ROOT)}
+           "PYTHONPATH": with_checkout()}
     error = rp.execute_notebook(src, tmp_path / "out" / "nb.ipynb", env, cell_timeout=120)
     assert error == "records/nb.py: ZeroDivisionError: division by zero"
     assert len(nbformat.read(tmp_path / "out" / "nb.ipynb", as_version=4).cells) == 1

@@ -54,6 +54,17 @@ def plan(notebooks: list[Path]) -> list[tuple[str, list[Path]]]:
     return [(name, paths) for name, paths in lanes if paths]
 
 
+def select(notebooks: list[Path], wanted: str | None) -> list[Path]:
+    """The notebooks whose numbers `wanted` lists ("01 03", GPU_CHECK_NOTEBOOKS); all if empty."""
+    numbers = (wanted or "").replace(",", " ").split()
+    unknown = sorted(set(numbers) - {nb.name[:2] for nb in notebooks})
+    if unknown:
+        raise ValueError(f"GPU_CHECK_NOTEBOOKS names no notebook numbered {', '.join(unknown)}; "
+                         f"give two-digit numbers such as '01 03' (have "
+                         f"{' '.join(nb.name[:2] for nb in notebooks)})")
+    return [nb for nb in notebooks if not numbers or nb.name[:2] in numbers]
+
+
 def lane_env(work: Path, dry: bool, gpus: int, profile: str) -> dict:
     """The environment of every lane: profile, GPUs expected, one compile cache, loud logs."""
     env = {**os.environ, "D2L_PROFILE": profile, "D2L_EXPECT_GPUS": str(gpus),
@@ -165,7 +176,8 @@ def render(summary: dict) -> str:
     out += ["", "## Tests that need a GPU", "", f"`pytest -m gpu`: exit {tests['returncode']}, "
             f"{_cell(tests['result'])}", ""]
     if tests.get("unit"):
-        out += [f"The other unit tests (GPU_CHECK_UNIT=1): {_cell(tests['unit'])}", ""]
+        out += [f"The other unit tests (GPU_CHECK_UNIT={tests['unit_arg']}): "
+                f"{_cell(tests['unit'])}", ""]
     out += ["## Probes", ""]
     out += [f"- **{p['probe']}** ({p.get('seconds', 0):.1f} s): {_cell(p['line'])}"
             for p in summary["probes"]] or ["(the probes did not report)"]
@@ -225,7 +237,8 @@ def pack(out: Path, work: Path) -> None:
 
 # ---------------------------------------------------------------- the whole check
 
-def check(out: Path, deadline: float, dry: bool, profile: str, unit: bool = False) -> int:
+def check(out: Path, deadline: float, dry: bool, profile: str, unit: str = "",
+          notebooks: list[Path] | None = None) -> int:
     """Run the lanes, the GPU tests and the probes; write OUT; return 0 if all passed, else 1."""
     import torch
     gpus = 0 if dry else torch.cuda.device_count()
@@ -237,7 +250,8 @@ def check(out: Path, deadline: float, dry: bool, profile: str, unit: bool = Fals
         work = Path(tmp)
         (work / "logs").mkdir()
         env = lane_env(work, dry, gpus, profile)
-        py, notebooks = sys.executable, plan(sorted(NOTEBOOKS.glob("*.ipynb")))
+        py = sys.executable
+        notebooks = plan(sorted(NOTEBOOKS.glob("*.ipynb")) if notebooks is None else notebooks)
         lanes = [Lane(name, [[py, "-m", "tools.report", "--out", str(work / f"lane-{name}"),
                               "--deadline", str(start + deadline), "--cell-timeout",
                               str(deadline), *map(str, paths)]],
@@ -247,8 +261,9 @@ def check(out: Path, deadline: float, dry: bool, profile: str, unit: bool = Fals
              f"--timeout={int(deadline)}", "-o", "addopts=-ra"],
             [py, "-m", "tools.gpuprobes", "--out", str(work / "probes")]]
             # GPU_CHECK_UNIT=1: then every other unit test, as the GPU runner's make test would
-            + ([[py, "-m", "pytest", "-m", "not gpu", "tests", "-v", "-p", "no:cacheprovider",
-                 "-n", "2", "--timeout=300", "-o", "addopts=-ra"]] if unit else []),
+            + ([[py, "-m", "pytest", "-m", "not gpu", *unit_tests(unit), "-v", "-p",
+                 "no:cacheprovider", "-n", "2", "--timeout=300", "-o", "addopts=-ra"]]
+               if unit else []),
             work / "logs" / "checks.log", env))
         print(f"gpu-check: {gpus} GPU(s){', CUDA hidden (dry run)' if dry else ''}, profile "
               f"{profile}, lanes {', '.join(lane.name for lane in lanes)}; deadline {deadline:.0f} s",
@@ -264,6 +279,7 @@ def check(out: Path, deadline: float, dry: bool, profile: str, unit: bool = Fals
             "dry": dry, "profile": profile, "deadline": deadline, "hardware": hw,
             "notebooks": notebook_rows(work, notebooks, stopped),
             "tests": {"returncode": checks.returncodes[0] if checks.returncodes else None,
+                      "unit_arg": unit,
                       "result": pytest_result(checks.log, first=True),
                       "unit": (pytest_result(checks.log) + f" (exit {checks.returncodes[2]})"
                                if len(checks.returncodes) > 2 else
@@ -289,6 +305,16 @@ def check(out: Path, deadline: float, dry: bool, profile: str, unit: bool = Fals
     print(f"gpu-check: {summary['seconds']:.0f} s; summary in {out / 'summary.md'}"
           + (f"; FAILED: {', '.join(summary['failed'])}" if summary["failed"] else ""))
     return 1 if summary["failed"] else 0
+
+
+def _unit(value: str | None) -> str:
+    value = (value or "").strip()
+    return "" if value.lower() in ("0", "no", "false") else value
+
+
+def unit_tests(unit: str) -> list[str]:
+    """GPU_CHECK_UNIT: 1 (every test in tests/) or the test files to run, as pytest takes them."""
+    return ["tests"] if _flag(unit) else unit.split()
 
 
 def _flag(value: str | None) -> bool:
@@ -319,8 +345,12 @@ def main(argv: list[str] | None = None) -> int:
     profile = os.environ.get("GPU_CHECK_PROFILE") or ("ci" if args.dry else "class")
     if profile not in PROFILES:
         parser.error(f"GPU_CHECK_PROFILE={profile!r}: choose one of {', '.join(PROFILES)}")
+    try:
+        notebooks = select(sorted(NOTEBOOKS.glob("*.ipynb")), os.environ.get("GPU_CHECK_NOTEBOOKS"))
+    except ValueError as err:
+        parser.error(str(err))
     return check(args.out.resolve(), args.deadline, args.dry, profile,
-                 _flag(os.environ.get("GPU_CHECK_UNIT")))
+                 _unit(os.environ.get("GPU_CHECK_UNIT")), notebooks)
 
 
 if __name__ == "__main__":
