@@ -207,7 +207,8 @@ def test_report_starts_no_notebook_after_the_deadline(tmp_path):
                      hardware=lambda: (None, None)) == 1
     assert calls == []
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
-    assert [n["error"] for n in summary["notebooks"]] == ["not started: the deadline had passed"] * 2
+    errors = [n["error"] for n in summary["notebooks"]]
+    assert errors == ["not started: the deadline had passed"] * 2
     future = time.time() + 600
     assert rp.report(paths, tmp_path / "out", execute=execute, deadline=future,
                      hardware=lambda: (None, None)) == 0

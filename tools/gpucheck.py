@@ -36,11 +36,14 @@ import threading
 import time
 from pathlib import Path
 
+from tools.report import _cell, _hardware, render_figures, render_hardware
+
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 DEFAULT_OUT = ROOT / "build" / "gpu-check"
 # The longest first: 09 compiles five variants and trains; 06-08 launch torchrun; 00-05 measure.
-LANES = [("09", ("09",)), ("06-08", ("06", "07", "08")), ("00-05", ("00", "01", "02", "03", "04", "05"))]
+LANES = [("09", ("09",)), ("06-08", ("06", "07", "08")),
+         ("00-05", ("00", "01", "02", "03", "04", "05"))]
 GRACE = 60       # seconds after the deadline for interrupted kernels to end and lanes to report
 OUT_FILES = ("summary.md", "summary.json", "notebooks.tar.gz", "logs.tar.gz", "trace.json.gz",
              "env.txt")
@@ -48,7 +51,8 @@ OUT_FILES = ("summary.md", "summary.json", "notebooks.tar.gz", "logs.tar.gz", "t
 
 def plan(notebooks: list[Path]) -> list[tuple[str, list[Path]]]:
     """Split the notebooks into LANES by their number; one not named there joins the last lane."""
-    lanes = [(name, [nb for nb in notebooks if nb.name[:2] in prefixes]) for name, prefixes in LANES]
+    lanes = [(name, [nb for nb in notebooks if nb.name[:2] in prefixes])
+             for name, prefixes in LANES]
     named = {p for _, prefixes in LANES for p in prefixes}
     lanes[-1][1].extend(nb for nb in notebooks if nb.name[:2] not in named)
     return [(name, paths) for name, paths in lanes if paths]
@@ -99,7 +103,7 @@ class Lane:
         self.seconds = time.perf_counter() - start
 
     def stop(self) -> None:
-        """End the running command and everything it started (kernels have sessions of their own)."""
+        """End the running command and all it started (kernels have sessions of their own)."""
         import psutil
         if not self.process or self.process.poll() is not None:
             return
@@ -136,7 +140,8 @@ def run_lanes(lanes: list[Lane], until: float) -> list[str]:
 
 # ---------------------------------------------------------------- the summary
 
-def notebook_rows(work: Path, lanes: list[tuple[str, list[Path]]], stopped: list[str]) -> list[dict]:
+def notebook_rows(work: Path, lanes: list[tuple[str, list[Path]]],
+                  stopped: list[str]) -> list[dict]:
     """One row per notebook from its lane's summary.json, or why the lane gave none."""
     rows = []
     for name, paths in lanes:
@@ -152,21 +157,16 @@ def notebook_rows(work: Path, lanes: list[tuple[str, list[Path]]], stopped: list
     return rows
 
 
-def _cell(text) -> str:
-    return str(text if text is not None else "").replace("|", "\\|").replace("\n", " ")
-
-
 def render(summary: dict) -> str:
-    """summary.md: the machine, the notebooks, the tests, the probes, then each notebook's figures."""
-    from tools.report import _value, render_hardware
-
+    """summary.md: the machine, notebooks, tests and probes, then each notebook's figures."""
     out = [f"# make gpu-check{' (dry run: CUDA hidden)' if summary['dry'] else ''}", "",
            f"Generated {summary['generated']}, profile `{summary['profile']}`, deadline "
            f"{summary['deadline']} s, {summary['seconds']:.0f} s in all. The lanes ran at the same "
            "time on one machine, so each timing is a lower bound for a quiet one.", "",
            "## Machine", ""]
     out += render_hardware(summary.get("hardware"))
-    out += ["", "## Notebooks", "", "| notebook | lane | status | seconds | figures | first error |",
+    out += ["", "## Notebooks", "",
+            "| notebook | lane | status | seconds | figures | first error |",
             "| --- | --- | --- | --- | --- | --- |"]
     for nb in summary["notebooks"]:
         status = "FAILED" if nb.get("error") else "ok"
@@ -182,15 +182,7 @@ def render(summary: dict) -> str:
     out += [f"- **{p['probe']}** ({p.get('seconds', 0):.1f} s): {_cell(p['line'])}"
             for p in summary["probes"]] or ["(the probes did not report)"]
     for nb in summary["notebooks"]:
-        out += ["", f"## {nb['notebook']}", ""]
-        out += [f"- alarm line in cell {c} ({pattern}): `{_cell(line)}`"
-                for c, pattern, line in nb.get("alarms", [])]
-        if nb["records"]:
-            out += ["| figure | value | unit | note |", "| --- | --- | --- | --- |"]
-            out += [f"| {_cell(r['key'])} | {_value(r['value'])} | {_cell(r['unit'])} | "
-                    f"{_cell(r['note'])} |" for r in nb["records"]]
-        else:
-            out.append("(no figures recorded)")
+        out += ["", f"## {nb['notebook']}", ""] + render_figures(nb)
     return "\n".join(out) + "\n"
 
 
@@ -266,10 +258,10 @@ def check(out: Path, deadline: float, dry: bool, profile: str, unit: str = "",
                if unit else []),
             work / "logs" / "checks.log", env))
         print(f"gpu-check: {gpus} GPU(s){', CUDA hidden (dry run)' if dry else ''}, profile "
-              f"{profile}, lanes {', '.join(lane.name for lane in lanes)}; deadline {deadline:.0f} s",
+              f"{profile}, lanes {', '.join(lane.name for lane in lanes)}; "
+              f"deadline {deadline:.0f} s",
               flush=True)
         stopped = run_lanes(lanes, start + deadline + GRACE)
-        from tools.report import _hardware
         os.environ.update(D2L_PROFILE=profile, D2L_EXPECT_GPUS=str(gpus))
         hw, _ = _hardware()
         probes_file = work / "probes" / "probes.json"
@@ -323,12 +315,14 @@ def _flag(value: str | None) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path(os.environ.get("GPU_CHECK_OUT") or DEFAULT_OUT),
+    parser.add_argument("--out", type=Path,
+                        default=Path(os.environ.get("GPU_CHECK_OUT") or DEFAULT_OUT),
                         help="folder for the 6 files (default: GPU_CHECK_OUT or build/gpu-check)")
     parser.add_argument("--deadline", type=float,
                         default=float(os.environ.get("GPU_CHECK_DEADLINE") or 420),
                         help="seconds after which running notebooks are stopped (default 420)")
-    parser.add_argument("--dry", action="store_true", default=_flag(os.environ.get("GPU_CHECK_DRY")),
+    parser.add_argument("--dry", action="store_true",
+                        default=_flag(os.environ.get("GPU_CHECK_DRY")),
                         help="hide CUDA and run the same lanes on the CPU (GPU_CHECK_DRY=1)")
     args = parser.parse_args(argv)
     if args.deadline <= 0:

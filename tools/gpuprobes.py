@@ -57,7 +57,7 @@ def tf32() -> tuple[str, dict]:
 
 
 def reduce_overhead() -> tuple[str, dict]:
-    """A 5-operator MLP at batch 1: eager vs torch.compile(mode='reduce-overhead'), and compile s."""
+    """A 5-operator MLP at batch 1: eager against mode='reduce-overhead', and the compile time."""
     dev = torch.device("cuda")
     mlp = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256),
                               torch.nn.ReLU(), torch.nn.Linear(256, 256)).to(dev)

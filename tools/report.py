@@ -190,17 +190,21 @@ def render_markdown(summary: dict) -> str:
         out += ["", f"## {name or '(no notebook named)'}", ""]
         if nb.get("error"):
             out += [f"**Failed** after {nb['seconds']:.1f} s: {_cell(nb['error'])}", ""]
-        for cell, pattern, line in nb.get("alarms", []):
-            out.append(f"- alarm line in cell {cell} ({pattern}): `{_cell(line)}`")
-        if nb.get("alarms"):
-            out.append("")
-        if nb["records"]:
-            out += ["| figure | value | unit | note |", "| --- | --- | --- | --- |"]
-            out += [f"| {_cell(r['key'])} | {_value(r['value'])} | {_cell(r['unit'])} | "
-                    f"{_cell(r['note'])} |" for r in nb["records"]]
-        else:
-            out.append("(no figures recorded)")
+        out += render_figures(nb)
     return "\n".join(out) + "\n"
+
+
+def render_figures(nb: dict) -> list[str]:
+    """Markdown lines for one notebook's alarm lines, then a table of its recorded figures."""
+    out = [f"- alarm line in cell {cell} ({pattern}): `{_cell(line)}`"
+           for cell, pattern, line in nb.get("alarms", [])]
+    if out:
+        out.append("")
+    if not nb["records"]:
+        return out + ["(no figures recorded)"]
+    return out + ["| figure | value | unit | note |", "| --- | --- | --- | --- |"] + [
+        f"| {_cell(r['key'])} | {_value(r['value'])} | {_cell(r['unit'])} | {_cell(r['note'])} |"
+        for r in nb["records"]]
 
 
 def write_summary(out: Path, summary: dict) -> None:
