@@ -28,6 +28,7 @@ import contextlib
 import datetime
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -87,12 +88,10 @@ class Lane:
     def __init__(self, name: str, commands: list[list[str]], log: Path, env: dict):
         self.name, self.commands, self.log, self.env = name, commands, log, env
         self.returncodes: list[int | None] = []
-        self.seconds = 0.0
         self.process: subprocess.Popen | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        start = time.perf_counter()
         with open(self.log, "w", encoding="utf-8") as log:
             for command in self.commands:
                 log.write(f"$ {' '.join(command)}\n")
@@ -100,7 +99,6 @@ class Lane:
                 self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                                 env=self.env, cwd=ROOT, start_new_session=True)
                 self.returncodes.append(self.process.wait())
-        self.seconds = time.perf_counter() - start
 
     def stop(self) -> None:
         """End the running command and all it started (kernels have sessions of their own)."""
@@ -188,7 +186,6 @@ def render(summary: dict) -> str:
 
 def pytest_result(log: Path, first: bool = False) -> str:
     """The last (or first) summary line pytest printed ('3 passed, 1 skipped in 4.2s')."""
-    import re
     if not log.is_file():
         return "no log"
     found = [ln.strip("= ") for ln in log.read_text(errors="replace").splitlines()

@@ -13,7 +13,6 @@ import gzip
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import time
@@ -27,19 +26,9 @@ import d2l_extras as dx
 MiB = 2 ** 20
 
 
-def _gpu_time(fn: Callable[[], object], repeats: int = 20, warmup: int = 3) -> float:
-    """Median seconds of fn() between CUDA events, after warm-up calls."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    return statistics.median(times)
+def _seconds(fn: Callable[[], object]) -> float:
+    """Median seconds of a warm call of fn on the GPU (dx.measure: synchronized, repeated)."""
+    return dx.measure(fn, devices=[torch.device("cuda")]).median
 
 
 def tf32() -> tuple[str, dict]:
@@ -49,7 +38,7 @@ def tf32() -> tuple[str, dict]:
     rates = {}
     for allowed in (False, True):
         with dx.allow_tf32(allowed):
-            rates["tf32" if allowed else "float32"] = 2 * n ** 3 / _gpu_time(lambda: a @ b) / 1e12
+            rates["tf32" if allowed else "float32"] = 2 * n ** 3 / _seconds(lambda: a @ b) / 1e12
     cudnn = bool(torch.backends.cudnn.allow_tf32)
     figures = {**rates, "cudnn_allow_tf32": cudnn}
     return (f"{n}^3 float32 {rates['float32']:.1f} TFLOP/s, as TF32 {rates['tf32']:.1f} TFLOP/s "
@@ -69,8 +58,8 @@ def reduce_overhead() -> tuple[str, dict]:
             compiled(x)
         torch.cuda.synchronize()
         compile_s = time.perf_counter() - start
-        eager = _gpu_time(lambda: mlp(x), 200)
-        graphed = _gpu_time(lambda: compiled(x), 200)
+        eager = _seconds(lambda: mlp(x))
+        graphed = _seconds(lambda: compiled(x))
     figures = {"eager_us": eager * 1e6, "reduce_overhead_us": graphed * 1e6, "compile_s": compile_s}
     return (f"eager {eager * 1e6:.1f} us, reduce-overhead {graphed * 1e6:.1f} us "
             f"({eager / graphed:.2f}x), first calls {compile_s:.1f} s"), figures
@@ -82,7 +71,7 @@ def sine() -> tuple[str, dict]:
     for n in (2 ** 20, 2 ** 26):
         x = torch.randn(n, device=dev)
         y = torch.empty_like(x)
-        figures[f"{n // 2 ** 20}M_GBps"] = 8 * n / _gpu_time(lambda: torch.sin(x, out=y), 50) / 1e9
+        figures[f"{n // 2 ** 20}M_GBps"] = 8 * n / _seconds(lambda: torch.sin(x, out=y)) / 1e9
     return f"sin 1M {figures['1M_GBps']:.0f} GB/s, 64M {figures['64M_GBps']:.0f} GB/s", figures
 
 
@@ -160,7 +149,6 @@ GPU_PROBES = [tf32, reduce_overhead, sine, copies, launches, resnet_agreement, s
 
 def training_trace(path: Path) -> tuple[str, dict]:
     """Kineto trace of one TinyGPT training step (after two warm-up steps), gzipped to `path`."""
-    from torch.profiler import ProfilerActivity, profile
     dev = dx.default_device()
     d, heads, layers, seq, batch = (384, 6, 6, 256, 64) if dev.type == "cuda" else (64, 4, 2, 64, 8)
     model = dx.TinyGPT(128, seq, d, heads, layers).to(dev)
@@ -171,21 +159,14 @@ def training_trace(path: Path) -> tuple[str, dict]:
         opt.zero_grad(set_to_none=True)
         dx.lm_loss(model, X, X).backward()
         opt.step()
-        dx.synchronize([dev])
 
     step(), step()
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
     start = time.perf_counter()
-    with profile(activities=activities) as prof:
-        step()
+    trace = dx.profile_trace(step, [dev])  # synchronized; fails if CUDA ran but no kernel shows
     wall = time.perf_counter() - start
-    raw = path.with_suffix("")  # trace.json
-    prof.export_chrome_trace(str(raw))
-    with open(raw, "rb") as src, gzip.open(path, "wb") as dst:
-        shutil.copyfileobj(src, dst)
-    raw.unlink()
-    kernels = [e for e in json.loads(gzip.open(path).read())["traceEvents"]
-               if e.get("cat") == "kernel"]
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        json.dump(trace, f)
+    kernels = [e for e in trace["traceEvents"] if e.get("cat") == "kernel"]
     busy = sum(e.get("dur", 0) for e in kernels) / 1e6
     top: dict[str, float] = {}
     for e in kernels:
