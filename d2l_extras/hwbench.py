@@ -357,8 +357,10 @@ def host_device_bandwidth(device: Device = None, n_bytes: int | None = None, pin
 def launch_overhead(device: Device = None, n: int | None = None, *,
                     wait_each: bool = False, clock: Clock = time.perf_counter) -> Band:
     """Seconds per tiny operation: n queued back to back (throughput) or waited for one by one."""
-    # Queued, the device runs launches as they come: 1 / (launches per second). wait_each adds
-    # the round trip to learn each finished (a latency). On the CPU both are the dispatch cost.
+    # Queued, the pace of the slower side: the CPU queuing launches (Python, dispatch, driver) or
+    # the device running them; on the reference H100 the CPU's, the GPU waited (notebook 04 reads
+    # the GPU's own time per kernel from the profiler). wait_each adds the round trip to learn
+    # each finished (a latency). On the CPU both are the dispatch cost.
     device, n = _as_device(device), _or_profile(n, "n", 1000, 5000, 20000)
     x, wait = torch.zeros(1, device=device), [device] if wait_each else []
 

@@ -37,7 +37,7 @@ SIZES: dict[str, Experiment] = {
     # in ci: at 1024 an H100 takes ~40 us, as long as Python takes to queue a product.
     "async_matmul": Experiment((256, 1024, 2048), (4096, 8192, 16384), count=4,
                                minimum=64, lesson_bytes=200 * MB),
-    # 03: side in two workloads of k products and their input (class: k = 10); ~1 ms at 2048.
+    # 03: side in two workloads of k products and their input (class: k_gpu = 10); ~1 ms at 2048.
     "two_workloads": Experiment((768, 1024, 2000), (2048, 4096, 8192), count=22,
                                 minimum=64, lesson_bytes=50 * MB),
     # 03: side of m products copied to the host, m + 2 alive (class: m = 20); ~0.3 ms at 2048.

@@ -136,8 +136,37 @@ def test_an_unknown_gpu_gets_no_published_peak_and_no_claim(monkeypatch):
     assert run_cell("1dc31eab", accel=cuda, gpu_name=name, peak=None) == ""
 
 
-GPU_SECTION = ["gpu-decide", "5a27282d", "ab2ca5a9", "8a9bf16a", "77a17c78", "1dc31eab",
-               "7b7cbc29", "ba8bd905"]
+def test_gpu_busy_reads_the_profilers_kernels_against_the_launch_pace(monkeypatch):
+    # The queued launches' pace (`queued`) is the slower side's, on a GPU usually the CPU's; the
+    # profiler's kernels say how long the GPU itself ran each. 200 traced kernels on a fake GPU.
+    def fake_timeline(kernel_s):
+        def record_timeline(fn, devices):
+            assert len(fn()) == 200 and devices == [torch.device("cuda", 0)]
+            launches = [dx.TimelineEvent("cudaLaunchKernel", "CPU thread 0", i * 1e-5, 4e-6,
+                                         "launch") for i in range(200)]
+            return launches + [dx.TimelineEvent("add_", "cuda:0 stream 7", i * 1e-5 + 5e-6,
+                                                kernel_s, "kernel") for i in range(200)]
+        return record_timeline
+
+    monkeypatch.setattr(torch, "zeros", lambda *shape, device=None: torch.empty(*shape))
+    printed = {}
+    for kernel_us in (2, 8):
+        monkeypatch.setattr(dx, "record_timeline", fake_timeline(kernel_us * 1e-6))
+        printed[kernel_us] = run_cell("gpu-busy", accel=torch.device("cuda", 0), queued=1e-5)
+    assert printed[2] == ("the GPU ran each tiny kernel in 2.00 us: busy 20% of the 10.00 us "
+                          "between launches (below 50%: idle most of the time): it waited for "
+                          "the next launch\n")
+    assert "in 8.00 us: busy 80% of the 10.00 us" in printed[8]
+    assert printed[8].endswith(": busy most of the time\n")
+    # MPS: no CUDA profiler kernels; the cell says nothing and the table reads "needs a CUDA GPU"
+    namespace = {"dx": dx, "torch": torch, "accel": torch.device("mps"), "queued": 1e-5}
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        exec(compile(cell_source("04", "gpu-busy"), "<04:gpu-busy>", "exec"), namespace)
+    assert namespace["busy"] is None and out.getvalue() == ""
+
+
+GPU_SECTION = ["gpu-decide", "5a27282d", "gpu-busy", "ab2ca5a9", "8a9bf16a", "77a17c78",
+               "1dc31eab", "7b7cbc29", "ba8bd905"]
 
 
 def test_without_a_gpu_the_gpu_section_prints_one_line():
@@ -149,8 +178,9 @@ def test_without_a_gpu_the_gpu_section_prints_one_line():
     assert out.getvalue() == ("On a GPU: not run here (no GPU); each cell below runs where "
                               "one is present\n")
     # what the latency table and the records file read is defined, empty
-    assert [namespace[k] for k in ("gpu_copy", "queued", "waited", "peer_best", "peak")] == \
-        [None] * 5 and namespace["gpu_rates"] == {} and namespace["links"] == {}
+    assert [namespace[k] for k in ("gpu_copy", "queued", "waited", "busy", "peer_best",
+                                   "peak")] == [None] * 6
+    assert namespace["gpu_rates"] == {} and namespace["links"] == {}
 
 
 @pytest.mark.parametrize("n_bytes, where", [(MiB, "in cache"), (16 * MiB, "in cache"),

@@ -13,6 +13,7 @@ dx.record("cpu_dispatch_us", dispatch * 1e6, "us", "tiny operators")
 dx.record("loopback_round_trip_us", net.round_trip_s * 1e6, "us", "1 B")
 gpu = {"gpu_copy_gbps": (gpu_copy, 1, "GB/s"),
        "gpu_launch_queued_us": (queued, 1e6, "us"),
+       "gpu_kernel_busy_us": (busy, 1e6, "us"),
        "gpu_launch_waited_us": (waited, 1e6, "us"),
        "gpu_peer_best_gbps": (peer_best, 1, "GB/s")}
 top = {k: max(map(float, v.values())) for k, v in gpu_rates.items()}
