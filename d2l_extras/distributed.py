@@ -16,7 +16,7 @@ import tempfile
 import threading
 import time
 import warnings
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 from unittest import mock
 
 import psutil
@@ -25,8 +25,12 @@ import torch.distributed as dist
 
 from .checks import whole_number
 from .hardware import _cuda_gpus
+from .report import notice
 
 RESULT_ENV = "D2L_RESULT_FILE"
+# What a stuck NCCL collective leaves in a worker's output before its watchdog ends the process.
+NCCL_TIMEOUT_LINE = re.compile(r"Watchdog caught collective operation timeout"
+                               r"|NCCL.*(?i:timeout|timed out)")
 
 
 class WorkerError(RuntimeError):
@@ -144,6 +148,7 @@ def launch(module: str, nproc: int, args: Sequence[str] = (), timeout: float = 3
         # OMP_NUM_THREADS unless set: else each of the k processes starts a thread per core.
         run_env = {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // nproc)), **os.environ,
                    **(env or {}), RESULT_ENV: str(result_file), "PYTHONUNBUFFERED": "1"}
+        run_env.update(peer_env(nproc, run_env))  # NCCL_P2P_DISABLE=1 where peer copies fail
         lines: list[str] = []
 
         def read() -> None:  # in a thread, so that this one stays interruptible
@@ -172,17 +177,112 @@ def launch(module: str, nproc: int, args: Sequence[str] = (), timeout: float = 3
         if survivors:
             warnings.warn(f"processes {[p.pid for p in survivors]} of {module} survived SIGKILL",
                           RuntimeWarning, stacklevel=2)
+        hint = nccl_hint(nproc, run_env, lines, timed_out)
         if timed_out:
             raise WorkerError(f"{module} did not finish within {timeout:.0f} s and was stopped. "
-                              "Last output:\n" + "\n".join(lines[-20:]), output=lines)
+                              + (f"{hint}\n" if hint else "") + "Last output:\n"
+                              + "\n".join(lines[-20:]), output=lines)
         if proc.poll() != 0:  # reaped now, if not yet
             codes = worker_exit_codes(lines)  # torchrun's report ends with the root cause
             rank = f" on rank {list(codes)[-1]}" if codes else ""
-            raise WorkerError(f"{module} failed{rank} (exit code {proc.returncode}). "
-                              f"{_first_error(lines)}\nLast output:\n" + "\n".join(lines[-25:]),
+            why = " ".join(filter(None, (_first_error(lines), hint)))
+            raise WorkerError(f"{module} failed{rank} (exit code {proc.returncode}). {why}\n"
+                              "Last output:\n" + "\n".join(lines[-25:]),
                               proc.returncode, codes, lines)
         result = json.loads(result_file.read_text("utf-8")) if result_file.exists() else None
         return LaunchResult(lines, seconds, result, cmd)
+
+
+def joins_nccl(nproc: int, env: Mapping[str, str], n_gpus: int | None = None) -> bool:
+    """Whether nproc workers on this machine, started with env, would join NCCL on GPUs."""
+    # As worker_device decides in each worker: a GPU each, NCCL in this torch, no D2L_BACKEND=gloo.
+    if nproc < 2 or env.get("D2L_BACKEND") == "gloo" or not dist.is_nccl_available():
+        return False
+    n = len(_cuda_gpus()[0]) if n_gpus is None else n_gpus
+    if (visible := env.get("CUDA_VISIBLE_DEVICES")) is not None:  # the workers see these only
+        n = min(n, len([d for d in visible.split(",") if d.strip()]))
+    return n >= nproc
+
+
+def nccl_hint(nproc: int, env: Mapping[str, str], lines: Sequence[str] = (),
+              timed_out: bool = True, n_gpus: int | None = None) -> str:
+    """The likely cause of a hung NCCL run and its fix, in a sentence; '' where NCCL did not run."""
+    # A hang (the launch's timeout, or a worker's watchdog that ended it) with NCCL between GPUs.
+    if not joins_nccl(nproc, env, n_gpus) or not (
+            timed_out or any(map(NCCL_TIMEOUT_LINE.search, lines))):
+        return ""
+    if env.get("NCCL_P2P_DISABLE", "0").strip() not in ("", "0"):
+        return ("NCCL hung with NCCL_P2P_DISABLE=1 already: add NCCL_IB_DISABLE=1, or run the "
+                "processes on the CPU with D2L_BACKEND=gloo.")
+    return ("NCCL may hang where peer access is reported but broken (e.g. Kaggle's 2 x T4): "
+            "rerun with NCCL_P2P_DISABLE=1 (env={'NCCL_P2P_DISABLE': '1'} in dx.launch, or "
+            "os.environ), and NCCL_IB_DISABLE=1 too if it still hangs.")
+
+
+def broken_peer_pairs(gpus: Sequence[int], can_access: Callable[[int, int], bool] | None = None,
+                      arrives: Callable[[int, int], bool] | None = None) -> list[tuple[int, int]]:
+    """The pairs (i, j) of gpus that report peer access but whose copies i -> j arrive wrong."""
+    can_access = can_access or torch.cuda.can_device_access_peer
+    arrives = arrives or _peer_copy_arrives
+    return [(i, j) for i in gpus for j in gpus if i != j and can_access(i, j) and not arrives(i, j)]
+
+
+def _peer_copy_arrives(i: int, j: int, n: int = 1 << 18) -> bool:
+    # Where torch enabled peer access, a contiguous copy is the copy engine's, a strided one a
+    # kernel's reading the other GPU's memory, as NCCL's do. Both must arrive whole.
+    src = torch.arange(n, dtype=torch.float32, device=torch.device("cuda", i))
+    copies = [src.to(torch.device("cuda", j)), src[::2].to(torch.device("cuda", j))]
+    want = src.cpu()  # .cpu() waits for each copy
+    return torch.equal(copies[0].cpu(), want) and torch.equal(copies[1].cpu(), want[::2])
+
+
+def _print_broken_peer_pairs() -> None:
+    # Run in a process of its own by _peer_check: the GPUs workers would use, in rank order.
+    gpus = _cuda_gpus()[0]
+    print(json.dumps({"gpus": gpus, "broken": broken_peer_pairs(gpus)}))
+
+
+_PEER_CHECKS: dict[str | None, dict | str | None] = {}
+
+
+def _peer_check(nproc: int, env: Mapping[str, str], timeout: float = 60) -> list[str] | None:
+    # The failed copies between the GPUs of nproc workers ("0 -> 1"). All GPUs are checked once
+    # a process, in a process of its own: a copy that never ends cannot hang this one.
+    # None: the check itself failed, which proves nothing.
+    key = env.get("CUDA_VISIBLE_DEVICES")
+    if key not in _PEER_CHECKS:
+        code = f"from {__name__} import _print_broken_peer_pairs as p; p()"
+        try:
+            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                 env=dict(env), timeout=timeout, stdin=subprocess.DEVNULL)
+            last = out.stdout.strip().splitlines()[-1:] if out.returncode == 0 else []
+            _PEER_CHECKS[key] = json.loads(last[0]) if last else None
+        except subprocess.TimeoutExpired:  # a copy that never arrives is broken too
+            _PEER_CHECKS[key] = f"none finished within {timeout:.0f} s"
+        except (OSError, ValueError):
+            _PEER_CHECKS[key] = None
+    found = _PEER_CHECKS[key]
+    if not isinstance(found, dict):
+        return None if found is None else [found]
+    used = found["gpus"][:nproc]
+    return [f"{i} -> {j}" for i, j in found["broken"] if i in used and j in used]
+
+
+def peer_env(nproc: int, env: Mapping[str, str], n_gpus: int | None = None,
+             check: Callable[[int, Mapping[str, str]], list[str] | None] | None = None
+             ) -> dict[str, str]:
+    """{'NCCL_P2P_DISABLE': '1'} for NCCL workers on GPUs whose peer copies fail, else {}."""
+    # Where torch reports peer access that does not work (Kaggle's 2 x T4), NCCL's peer
+    # transport waits forever; through the host it works. A choice already made is kept.
+    if "NCCL_P2P_DISABLE" in env or "NCCL_P2P_LEVEL" in env or not joins_nccl(nproc, env, n_gpus):
+        return {}
+    broken = (check or _peer_check)(nproc, env)
+    if not broken:
+        return {}
+    notice(f"NCCL_P2P_DISABLE=1 for the processes launched from here: the GPUs report peer "
+           f"access, but copies between them did not arrive intact ({', '.join(broken)}), as "
+           "on Kaggle's 2 x T4, where NCCL would hang.")
+    return {"NCCL_P2P_DISABLE": "1"}
 
 
 def _first_error(lines: list[str]) -> str:
@@ -224,6 +324,10 @@ def init_worker(timeout_s: float = 60) -> tuple[int, int, torch.device]:
                            int(os.environ.get("LOCAL_RANK", 0)))
     if gpu := device.type == "cuda":
         torch.cuda.set_device(device)
+        # A collective stuck past timeout_s ends this process (torch's default since 2.2; an
+        # older name or a choice already made is kept): dx.launch then names the cause.
+        if "NCCL_ASYNC_ERROR_HANDLING" not in os.environ:
+            os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3")
     if not dist.is_initialized():
         dist.init_process_group("nccl" if gpu else "gloo", device_id=device if gpu else None,
                                 timeout=datetime.timedelta(seconds=timeout_s))

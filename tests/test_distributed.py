@@ -616,3 +616,149 @@ def test_worker_device_skips_a_gpu_without_kernels(gpus, built_for):
     assert dx.worker_device(3, 0) == torch.device("cpu")  # two usable GPUs for three workers
     built_for((7, 0), (9, 0), (8, 6), archs=())  # a build that names no arch: keep them all
     assert dx.worker_device(3, 0) == torch.device("cuda", 0)
+
+
+# NCCL where peer access is reported but broken (Kaggle's 2 x T4): a hang, then a message that
+# names the cause and the fix, or NCCL_P2P_DISABLE=1 set before it can hang.
+WATCHDOG = ("[rank0]:[E101 00:00:00.000 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught "
+            "collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE) ran for 60000 "
+            "milliseconds before timing out.")
+
+
+def test_joins_nccl_only_with_a_gpu_for_every_worker(gpus):
+    gpus(2)
+    joins = dx.distributed.joins_nccl
+    assert joins(2, {}) and joins(2, {"CUDA_VISIBLE_DEVICES": "0,1"})
+    assert not joins(1, {}) and not joins(3, {})  # one process: no peer; three: the CPU
+    assert not joins(2, {"D2L_BACKEND": "gloo"})
+    assert not any(joins(2, {"CUDA_VISIBLE_DEVICES": seen}) for seen in ("", "1", " "))
+    assert joins(4, {}, n_gpus=4) and not joins(2, {}, n_gpus=0)
+    gpus(2, nccl=False)
+    assert not joins(2, {})
+
+
+def test_nccl_hint_names_the_cause_and_the_fix_only_where_nccl_hung(gpus):
+    gpus(2)
+    hint = dx.distributed.nccl_hint
+    for said in (hint(2, {}), hint(2, {}, ["rank 0 ready", WATCHDOG], timed_out=False)):
+        assert "Kaggle's 2 x T4" in said and "NCCL_P2P_DISABLE=1" in said
+    # Not a hang: the worker's own error says why. Not NCCL: nothing to say about it.
+    assert hint(2, {}, ["ValueError: bad input"], timed_out=False) == ""
+    assert hint(2, {"D2L_BACKEND": "gloo"}) == hint(1, {}) == hint(3, {}) == ""
+    already = hint(2, {"NCCL_P2P_DISABLE": "1"})
+    assert "NCCL_IB_DISABLE=1" in already and "already" in already
+    assert "Kaggle" in hint(2, {"NCCL_P2P_DISABLE": "0"})
+
+
+def test_broken_peer_pairs_are_those_that_claim_access_and_copy_wrong():
+    tried = []
+
+    def arrives(i, j):
+        tried.append((i, j))
+        return (i, j) != (0, 1)
+    claims = lambda i, j: j != 2  # noqa: E731  # nobody claims access to GPU 2
+    assert dx.distributed.broken_peer_pairs([0, 1, 2], claims, arrives) == [(0, 1)]
+    assert sorted(tried) == [(0, 1), (1, 0), (2, 0), (2, 1)]  # only pairs that claim access
+    assert dx.distributed.broken_peer_pairs([0], claims, arrives) == []
+
+
+def test_peer_env_disables_p2p_only_where_the_check_found_broken_copies(gpus, capsys,
+                                                                       monkeypatch):
+    gpus(2)
+    monkeypatch.setattr(dx.report, "_NOTICED", set())  # a fresh process: no notice given yet
+    calls = []
+
+    def found(result):
+        def check(nproc, env):
+            calls.append(nproc)
+            return result
+        return check
+    peer_env = dx.distributed.peer_env
+    assert peer_env(2, {}, check=found(["0 -> 1"])) == {"NCCL_P2P_DISABLE": "1"}
+    assert "NCCL_P2P_DISABLE=1" in capsys.readouterr().out  # said once, as a notice
+    assert peer_env(2, {}, check=found([])) == peer_env(2, {}, check=found(None)) == {}
+    assert len(calls) == 3
+    # A choice already made, or no NCCL between GPUs: nothing checked.
+    for n, env in ((2, {"NCCL_P2P_DISABLE": "0"}), (2, {"NCCL_P2P_LEVEL": "PIX"}),
+                   (2, {"D2L_BACKEND": "gloo"}), (1, {}), (3, {})):
+        assert peer_env(n, env, check=found(["0 -> 1"])) == {}
+    assert len(calls) == 3
+
+
+def test_peer_check_runs_once_in_a_process_of_its_own(monkeypatch):
+    monkeypatch.setattr(dx.distributed, "_PEER_CHECKS", {})
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}  # the real child: no GPU, nothing broken
+    assert dx.distributed._peer_check(2, env) == []
+    runs = []
+
+    def fake_run(cmd, **kwargs):
+        runs.append(kwargs["env"].get("CUDA_VISIBLE_DEVICES"))
+        if kwargs["env"]["CUDA_VISIBLE_DEVICES"] == "hang":
+            raise subprocess.TimeoutExpired(cmd, kwargs["timeout"])
+        out = json.dumps({"gpus": [0, 1, 2, 3], "broken": [[0, 1], [2, 3]]})
+        return subprocess.CompletedProcess(cmd, 0, out + "\n", "")
+    monkeypatch.setattr(dx.distributed.subprocess, "run", fake_run)
+    check = dx.distributed._peer_check
+    four = {"CUDA_VISIBLE_DEVICES": "0,1,2,3"}
+    assert check(2, four) == ["0 -> 1"] and check(4, four) == ["0 -> 1", "2 -> 3"]
+    assert runs == ["0,1,2,3"]  # checked once for the machine's GPUs
+    assert check(2, {"CUDA_VISIBLE_DEVICES": "hang"}) == ["none finished within 60 s"]
+
+
+@pytest.fixture
+def nccl_worker(worker_dir, monkeypatch):
+    """A worker module that hangs or dies as NCCL's watchdog ends it, launch believing in NCCL."""
+    (worker_dir / "nccl_worker.py").write_text(textwrap.dedent(f"""
+        import os, sys, time
+        print("P2P disabled:", os.environ.get("NCCL_P2P_DISABLE"), flush=True)
+        if os.environ.get("D2L_MODE") == "hang":
+            time.sleep(600)
+        print({WATCHDOG!r}, flush=True)
+        sys.exit(1)
+    """))
+    monkeypatch.setattr(dx.distributed, "joins_nccl", lambda *args, **kwargs: True)
+
+    def found(result):
+        monkeypatch.setattr(dx.distributed, "_peer_check", lambda nproc, env: result)
+    return found
+
+
+def test_launch_names_the_cause_of_a_hung_nccl_run(nccl_worker):
+    nccl_worker([])  # the copies arrived: NCCL_P2P_DISABLE is not set
+    with pytest.raises(dx.WorkerError, match="did not finish within 3 s") as hung:
+        dx.launch("nccl_worker", 2, timeout=3, echo=False, grace=2, env={"D2L_MODE": "hang"})
+    first = str(hung.value).splitlines()[0]
+    assert "Kaggle's 2 x T4" in first and "rerun with NCCL_P2P_DISABLE=1" in first
+
+
+def test_launch_disables_p2p_where_copies_fail_and_says_what_next(nccl_worker, capsys,
+                                                                  monkeypatch):
+    nccl_worker(["0 -> 1"])
+    monkeypatch.setattr(dx.report, "_NOTICED", set())
+    with pytest.raises(dx.WorkerError, match="failed on rank") as failed:
+        dx.launch("nccl_worker", 2, timeout=120, echo=False)
+    assert any("P2P disabled: 1" in line for line in failed.value.output)  # the workers' env
+    assert "NCCL_P2P_DISABLE=1 already: add NCCL_IB_DISABLE=1" in str(failed.value)
+    assert "0 -> 1" in capsys.readouterr().out  # the notice says which copy failed
+
+
+def test_init_worker_lets_a_stuck_nccl_collective_end_its_process(monkeypatch):
+    joined = {}
+    for key in ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING"):
+        monkeypatch.setenv(key, "")  # restored after the test, whatever init_worker sets
+        monkeypatch.delenv(key)
+    for key, value in dict(RANK="0", WORLD_SIZE="2", LOCAL_RANK="0",
+                           LOCAL_WORLD_SIZE="2").items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(dx.distributed, "worker_device", lambda *a: torch.device("cuda", 0))
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: False)
+    monkeypatch.setattr(torch.distributed, "init_process_group", lambda backend, **kw:
+                        joined.update(backend=backend, **kw, handling=os.environ.get(
+                            "TORCH_NCCL_ASYNC_ERROR_HANDLING")))
+    assert dx.init_worker(timeout_s=7)[2] == torch.device("cuda", 0)
+    assert joined["backend"] == "nccl" and joined["timeout"] == LIMIT
+    assert joined["handling"] == "3"  # the watchdog ends the process after the timeout
+    monkeypatch.setenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")  # a choice already made stays
+    dx.init_worker(timeout_s=7)
+    assert joined["handling"] == "1"

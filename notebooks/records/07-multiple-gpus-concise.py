@@ -3,7 +3,11 @@
 for key, res in runs.items():
     dx.record(f"ddp_samples_per_s_{key}", res["samples_per_s"], "samples/s",
               f"ResNet-18 width {res['width']}, {names[key]}, "
-              f"batch {plan.batch_size}")
+              f"batch {res['batch_size']}")
+if gpu is not None:  # another width and batch than the runs above: not compared
+    dx.record("ddp_samples_per_s_gpu", gpu["samples_per_s"], "samples/s",
+              f"ResNet-18 width {gpu['width']}, 1 process ({gpu['device']}) "
+              f"alone, batch {gpu['batch_size']}")
 dx.record("ddp_speedup", speedup.value, "x",
           f"{k} processes / 1, samples per second")
 dx.record("ddp_accuracy_gap", gap, "1", f"final test accuracy, 1 vs {k}")
