@@ -1,3 +1,5 @@
+import math
+
 import matplotlib
 import matplotlib.pyplot as plt
 import pytest
@@ -110,3 +112,33 @@ def test_seconds_axis_shows_units_not_raw_seconds():
     with pytest.raises(ValueError, match="'x' or 'y'"):
         dx.seconds_axis(ax, "z")
     plt.close("all")
+
+
+def test_bar_chart_writes_large_plain_numbers_in_full():
+    ax = dx.bar_chart({"cpu": 338.2, "gpu": 5524.4}, seconds=False)
+    assert [t.get_text() for t in ax.texts] == ["338", "5,524"]
+
+
+@pytest.mark.parametrize("names", [["eager", "compiled", "reduce-overhead"],
+                                   ["eager", "compiled\nempty", "compiled\ncached",
+                                    "r-o\nempty", "r-o\ncached"]])
+def test_bar_chart_names_never_collide(names):
+    with plt.rc_context(dx.plotting.SLIDE_STYLE):  # 12 pt, as the notebooks draw
+        fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+        ax = dx.bar_chart(dict(zip(names, range(1, len(names) + 1))), ax=axes[1])
+        labels, renderer = ax.get_xticklabels(), fig.canvas.get_renderer()
+        boxes = [t.get_window_extent(renderer) for t in labels]
+        angle = math.radians(labels[0].get_rotation())
+        line = labels[0].get_fontsize() * 1.2 * fig.dpi / 72
+        plt.close(fig)
+    apart = [b.x1 - a.x1 for a, b in zip(boxes, boxes[1:])]  # tilted: anchored at the right
+    if angle:  # parallel lines of text: a line's height between neighbours
+        assert all("\n" not in t.get_text() for t in labels)
+        assert all(d * math.sin(angle) >= line for d in apart), (apart, line)
+    else:
+        assert all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:])), names
+
+
+def test_bar_chart_keeps_short_names_level():
+    ax = dx.bar_chart({"eager": 1.0, "compiled": 2.0})
+    assert all(t.get_rotation() == 0 for t in ax.get_xticklabels())
