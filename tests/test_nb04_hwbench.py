@@ -154,8 +154,7 @@ def test_gpu_busy_reads_the_profilers_kernels_against_the_launch_pace(monkeypatc
         monkeypatch.setattr(dx, "record_timeline", fake_timeline(kernel_us * 1e-6))
         printed[kernel_us] = run_cell("gpu-busy", accel=torch.device("cuda", 0), queued=1e-5)
     assert printed[2] == ("the GPU ran each tiny kernel in 2.00 us: busy 20% of the 10.00 us "
-                          "between launches (below 50%: idle most of the time): it waited for "
-                          "the next launch\n")
+                          "between launches: below 50%, it waited for the next launch\n")
     assert "in 8.00 us: busy 80% of the 10.00 us" in printed[8]
     assert printed[8].endswith(": busy most of the time\n")
     # MPS: no CUDA profiler kernels; the cell says nothing and the table reads "needs a CUDA GPU"

@@ -120,6 +120,7 @@ def test_bar_chart_writes_large_plain_numbers_in_full():
 
 
 @pytest.mark.parametrize("names", [["eager", "compiled", "reduce-overhead"],
+                                   ["eager", "compiled\nempty", "compiled\ncached"],
                                    ["eager", "compiled\nempty", "compiled\ncached",
                                     "r-o\nempty", "r-o\ncached"]])
 def test_bar_chart_names_never_collide(names):
