@@ -177,12 +177,13 @@ def launch(module: str, nproc: int, args: Sequence[str] = (), timeout: float = 3
         if survivors:
             warnings.warn(f"processes {[p.pid for p in survivors]} of {module} survived SIGKILL",
                           RuntimeWarning, stacklevel=2)
-        hint = nccl_hint(nproc, run_env, lines, timed_out)
+        failed = timed_out or proc.poll() != 0  # reaped now, if not yet
+        hint = nccl_hint(nproc, run_env, lines, timed_out) if failed else ""
         if timed_out:
             raise WorkerError(f"{module} did not finish within {timeout:.0f} s and was stopped. "
                               + (f"{hint}\n" if hint else "") + "Last output:\n"
                               + "\n".join(lines[-20:]), output=lines)
-        if proc.poll() != 0:  # reaped now, if not yet
+        if failed:
             codes = worker_exit_codes(lines)  # torchrun's report ends with the root cause
             rank = f" on rank {list(codes)[-1]}" if codes else ""
             why = " ".join(filter(None, (_first_error(lines), hint)))
@@ -195,13 +196,20 @@ def launch(module: str, nproc: int, args: Sequence[str] = (), timeout: float = 3
 
 def joins_nccl(nproc: int, env: Mapping[str, str], n_gpus: int | None = None) -> bool:
     """Whether nproc workers on this machine, started with env, would join NCCL on GPUs."""
-    # As worker_device decides in each worker: a GPU each, NCCL in this torch, no D2L_BACKEND=gloo.
-    if nproc < 2 or env.get("D2L_BACKEND") == "gloo" or not dist.is_nccl_available():
+    # As worker_device decides in each worker, with the GPUs CUDA_VISIBLE_DEVICES leaves them.
+    if nproc < 2:
         return False
     n = len(_cuda_gpus()[0]) if n_gpus is None else n_gpus
     if (visible := env.get("CUDA_VISIBLE_DEVICES")) is not None:  # the workers see these only
         n = min(n, len([d for d in visible.split(",") if d.strip()]))
-    return n >= nproc
+    return _nccl_on(n, nproc, env)
+
+
+def _nccl_on(n_gpus: int, local_world: int, env: Mapping[str, str]) -> bool:
+    # A GPU each (one this build has kernels for) where torch has NCCL (not Windows, macOS),
+    # unless D2L_BACKEND=gloo asks for the CPU.
+    return n_gpus >= local_world and env.get("D2L_BACKEND") != "gloo" \
+        and dist.is_nccl_available()
 
 
 def nccl_hint(nproc: int, env: Mapping[str, str], lines: Sequence[str] = (),
@@ -309,10 +317,8 @@ def worker_device(local_world: int, local_rank: int = 0, n_gpus: int | None = No
     local_world = whole_number(local_world, "local_world")
     if not 0 <= local_rank < local_world:
         raise ValueError(f"local_rank must be in 0..{local_world - 1}, got {local_rank}")
-    # A GPU each (one this build has kernels for) where torch has NCCL (not Windows, macOS).
     gpus = _cuda_gpus()[0] if n_gpus is None else range(whole_number(n_gpus, "n_gpus", minimum=0))
-    if len(gpus) >= local_world and os.environ.get("D2L_BACKEND") != "gloo" \
-            and dist.is_nccl_available():
+    if _nccl_on(len(gpus), local_world, os.environ):
         return torch.device("cuda", gpus[local_rank])
     return torch.device("cpu")
 
