@@ -19,7 +19,7 @@ from torch import nn
 import d2l_extras as dx
 from nbcells import cell_source
 
-MODEL, TRAINER, TRAINING = "d0affe85", "aa5e0c3f", "19a91c91"   # the cells' ids
+MODEL, TRAINER, TRAINING, READING = "d0affe85", "aa5e0c3f", "19a91c91", "9c602aa1"  # ids
 
 
 def fake_dx(steps):
@@ -31,9 +31,10 @@ def fake_dx(steps):
 
 
 def run_training_cell(namespace):
-    """Run the training cell in `namespace`; return what it printed."""
+    """Run the training cell and the one reading it in `namespace`; return what they printed."""
     with contextlib.redirect_stdout(io.StringIO()) as out:
-        exec(compile(cell_source("05", TRAINING), "<05:training>", "exec"), namespace)
+        for cell in (TRAINING, READING):
+            exec(compile(cell_source("05", cell), f"<05:{cell}>", "exec"), namespace)
     return out.getvalue()
 
 
