@@ -138,9 +138,12 @@ def check_prediction(predicted: float, measured: "Band | float", tolerance: floa
     predicted = positive_number(predicted, "check_prediction(): predicted")
     measured = _band(measured)
     tolerance = _finite(tolerance, "check_prediction(): tolerance", fraction=True)
-    ok, ratio = measured.widen(tolerance).contains(predicted), measured.value / predicted
-    words = f"{ratio:.2f}x the prediction" + (", below it" if ratio < 1 else "")
-    return Prediction(predicted, measured, ok, ratio, "as predicted" if ok else words)
+    allowed = measured.widen(tolerance) / predicted   # measured / predicted, with the model's error
+    ok, ratio = allowed.contains(1.0), measured.value / predicted
+    verdict = "as predicted" if ok else "below the prediction" if ratio < 1 else "above the prediction"
+    # The rule a student can check by hand: as predicted when the band holds 1.
+    words = f"{ratio:.2f}x the prediction ({allowed.low:.2f}-{allowed.high:.2f}x): {verdict}"
+    return Prediction(predicted, measured, ok, ratio, words)
 
 
 def errorbars(values: Iterable["Band | float"], scale: float = 1.0) -> list[list[float]]:

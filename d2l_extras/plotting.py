@@ -21,9 +21,22 @@ TIMELINE_COLORS = {"cpu op": "C0", "kernel": "C1", "copy": "C2", "launch": "C4",
 
 def use_slide_style() -> dict:
     """Set matplotlib's sizes for a projected slide (12 pt text, 7x3.6 in); return the old ones."""
+    _draw_inline()
     old = {key: plt.rcParams[key] for key in SLIDE_STYLE}
     plt.rcParams.update(SLIDE_STYLE)
     return old
+
+
+def _draw_inline() -> None:
+    # Headless runners often export MPLBACKEND=Agg, under which a notebook draws nothing: in a
+    # Jupyter kernel, figures go inline whatever the environment says.
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is not None and getattr(shell, "kernel", None) is not None:
+        shell.run_line_magic("matplotlib", "inline")
 
 
 def _titled(ax: plt.Axes, title: str | None) -> plt.Axes:

@@ -94,10 +94,14 @@ def test_compare_refuses_nonsense(call, match):
 def test_a_prediction_holds_inside_the_widened_band():
     measured = m(1.0, 1.1, 0.9, 1.0, 1.05)   # band 0.95-1.05
     assert dx.check_prediction(1.2, measured, 0.25).ok
-    assert dx.check_prediction(1.2, measured, 0.25).words == "as predicted"
+    # the words show the ratio and the band read: 1.0 / 1.25 / 1.2 to 1.05 * 1.25 / 1.2
+    assert dx.check_prediction(1.2, measured, 0.25).words == \
+        "0.83x the prediction (0.67-1.09x): as predicted"
     assert not dx.check_prediction(1.4, measured, 0.25).ok
-    assert dx.check_prediction(0.5, measured, 0.25).words == "2.00x the prediction"
-    assert dx.check_prediction(2.0, measured, 0.25).words == "0.50x the prediction, below it"
+    assert dx.check_prediction(0.5, measured, 0.25).words == \
+        "2.00x the prediction (1.60-2.62x): above the prediction"
+    assert dx.check_prediction(2.0, measured, 0.25).words == \
+        "0.50x the prediction (0.40-0.66x): below the prediction"
     # a noisier measurement admits more: the same prediction is then within its band
     wide = m(0.6, 1.0, 1.5, 1.0, 0.7, 1.4)
     assert dx.check_prediction(1.4, wide, 0.25).ok

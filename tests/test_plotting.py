@@ -143,3 +143,23 @@ def test_bar_chart_names_never_collide(names):
 def test_bar_chart_keeps_short_names_level():
     ax = dx.bar_chart({"eager": 1.0, "compiled": 2.0})
     assert all(t.get_rotation() == 0 for t in ax.get_xticklabels())
+
+
+def test_slide_style_draws_inline_in_a_kernel_whatever_mplbackend_says(monkeypatch):
+    # MPLBACKEND=Agg (headless runners) would leave a notebook without figures.
+    import IPython
+    calls = []
+
+    class Kernel:
+        kernel = object()
+
+        def run_line_magic(self, name, arg):
+            calls.append((name, arg))
+
+    monkeypatch.setattr(IPython, "get_ipython", lambda: Kernel())
+    old = dx.use_slide_style()
+    plt.rcParams.update(old)
+    assert calls == [("matplotlib", "inline")]
+    monkeypatch.setattr(IPython, "get_ipython", lambda: None)   # plain Python: nothing to switch
+    plt.rcParams.update(dx.use_slide_style())
+    assert calls == [("matplotlib", "inline")]
