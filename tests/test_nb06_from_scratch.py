@@ -1,7 +1,7 @@
-"""Notebook 06 writes what it teaches (lenet, get_params, allreduce, split_batch, map_devices,
-train_batch); the notebook is their only source. Here they are checked against independent
-references (the sum, torch.cat, one full-batch SGD step by autograd) and on the inputs the lesson
-does not show: uneven shards, one device, up to eight devices."""
+"""Notebook 06 writes what it teaches (lenet, init_params, get_params, allreduce, split_batch,
+map_devices, loss_and_grad, train_batch); the notebook is their only source. Here they are
+checked against independent references (the sum, torch.cat, one full-batch SGD step by autograd)
+and on the inputs the lesson does not show: uneven shards, one device, up to eight devices."""
 import threading
 
 import pytest
@@ -11,7 +11,8 @@ from torch.nn import functional as F
 import d2l_extras as dx
 from nbcells import notebook_namespace
 
-NAMES = ["lenet", "get_params", "allreduce", "split_batch", "map_devices", "train_batch"]
+NAMES = ["lenet", "init_params", "get_params", "allreduce", "split_batch", "map_devices",
+         "loss_and_grad", "train_batch"]
 CPU = torch.device("cpu")
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py says why
@@ -28,13 +29,25 @@ def batch(n, seed=1):
 
 
 def test_lenet_takes_a_batch_and_an_empty_shard(nb):
-    params = dx.lenet_params(seed=0)
+    params = nb["init_params"]()
     for n in (4, 0):  # 2 examples over 3 devices leave one shard empty
         assert nb["lenet"](torch.rand(n, 1, 28, 28), params).shape == (n, 10)
 
 
+def test_init_params_draws_he_weights_or_the_books_and_zero_biases(nb):
+    he, book = nb["init_params"](), nb["init_params"](std=0.01)
+    shapes = [(20, 1, 3, 3), (20,), (50, 20, 5, 5), (50,), (800, 128), (128,), (128, 10), (10,)]
+    assert [tuple(p.shape) for p in he] == shapes == [tuple(p.shape) for p in book]
+    for W, fan_in in zip(he[::2], [9, 500, 800, 128]):  # He: std sqrt(2 / fan-in)
+        assert abs(W.std().item() / (2 / fan_in) ** 0.5 - 1) < 0.1
+    assert all(abs(W.std().item() / 0.01 - 1) < 0.1 for W in book[::2])
+    assert all(not b.any() for b in he[1::2])
+    torch.testing.assert_close(nb["init_params"](seed=3)[0], nb["init_params"](seed=3)[0])
+    assert not torch.equal(nb["init_params"](seed=3)[0], he[0]), "the seed matters"
+
+
 def test_get_params_copies_leaves_that_record_gradients(nb):
-    params = dx.lenet_params(seed=0)
+    params = nb["init_params"]()
     for d in dx.devices(2):
         for p, orig in zip(nb["get_params"](params, d), params):
             torch.testing.assert_close(p.detach().cpu(), orig)
@@ -116,8 +129,8 @@ def sgd_reference(nb, X, y, params, lr):
 @pytest.mark.parametrize("n", [24, 25])  # 25 splits evenly over no k > 1 but 5
 def test_k_devices_take_the_one_device_step(nb, k, n):
     X, y = batch(n)
-    params = dx.lenet_params(seed=0)
-    with dx.strict_float32():
+    params = nb["init_params"]()
+    with dx.allow_tf32(False):
         copies = [nb["get_params"](params, CPU) for _ in range(k)]
         nb["train_batch"](X, y, copies, [CPU] * k, lr=0.5)
         expected = sgd_reference(nb, X, y, params, lr=0.5)
@@ -128,7 +141,7 @@ def test_k_devices_take_the_one_device_step(nb, k, n):
 
 def test_train_batch_sums_gradients_with_the_allreduce_it_is_given(nb):
     X, y = batch(12)
-    params, calls = dx.lenet_params(seed=0), []
+    params, calls = nb["init_params"](), []
 
     def counting(data):
         calls.append(len(data))
@@ -142,8 +155,3 @@ def test_train_batch_sums_gradients_with_the_allreduce_it_is_given(nb):
     nb["train_batch"](X, y, lazy, [CPU] * 3, lr=0.5, allreduce=lambda data: None)
     assert not torch.allclose(lazy[0][0], lazy[1][0])
 
-
-def test_d2l_try_all_gpus_lists_cuda_gpus_only():
-    # Notebook 06 contrasts d2l.try_all_gpus() (CUDA GPUs, none here) with dx.devices().
-    from d2l import torch as d2l
-    assert len(d2l.try_all_gpus()) == torch.cuda.device_count()
