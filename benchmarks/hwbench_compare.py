@@ -2,8 +2,9 @@
 
     python benchmarks/hwbench_compare.py [--out build/bench] [--rounds 3]
 
-Copy, gather, random reads and the Python loop are notebook 04's own functions (the notebook is
-their one source), loaded with tests/nbcells.py; the rest are d2l_extras.hwbench's. The unit tests
+Copy, gather (random reads too), the Python loop, tiny operators and host-device copies are
+notebook 04's own functions (the notebook is their one source), loaded with tests/nbcells.py; the
+rest are d2l_extras.hwbench's. The unit tests
 (tests/test_hwbench.py, tests/test_nb04_hwbench.py) check what is counted, on an injected clock,
 and only wide physical bounds on real timings: a ratio of two timings depends on the hardware
 and the load, not on the code. The ratios are still worth seeing, so this script measures them,
@@ -31,13 +32,14 @@ import torch
 
 import d2l_extras as dx
 from d2l_extras import hwbench as hb
+from d2l_extras.hardware import fit_to_memory
 
 # tests/nbcells.py runs a notebook's defining cells; the tests import it from their own folder
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from nbcells import notebook_namespace  # noqa: E402
 
 MiB = 1024 ** 2
-NB04 = ["copy_rate", "gather_times", "axpy_times", "random_read_times"]
+NB04 = ["copy_rate", "gather_times", "axpy_times", "tiny_op_time", "transfer_rate"]
 
 
 def best_time(fn, repeats=5):
@@ -130,7 +132,7 @@ def comparisons(rounds):
     size = min(max(2 * llc, 64 * MiB), 512 * MiB)
     src2 = np.full(size // 4, 1.0, dtype=np.float32)
     idx2 = np.random.default_rng(1).integers(0, src2.size, 2 ** 20).astype(np.int32)
-    small, large = (b.value for b in nb["random_read_times"]([16 * 1024, size], 2 ** 20))
+    small, large = (nb["gather_times"](2 ** 20, s)[0].value for s in (16 * 1024, size))
     theirs = best_time(lambda: np.take(src2, idx2, out=out)) / 2 ** 20 * 1e9
     yield f"random read in {size // MiB} MiB", large * 1e9, theirs, "ns", "numpy.take"
     yield f"{size // MiB} MiB vs 16 KiB working set", large / small, \
@@ -196,7 +198,7 @@ def comparisons(rounds):
         for _ in range(2000):
             x.add_(1.0)
 
-    ours, theirs = interleaved(lambda: hb.launch_overhead("cpu", n=2000).value * 1e6,
+    ours, theirs = interleaved(lambda: nb["tiny_op_time"]("cpu", n=2000).value * 1e6,
                                lambda: best_time(many) / 2000 * 1e6, rounds)
     yield "CPU dispatch per tiny op", ours, theirs, "us", "2000 ops timed by hand"
 
@@ -211,13 +213,13 @@ def comparisons(rounds):
     if torch.cuda.is_available():
         dev = torch.device("cuda", 0)
         name = torch.cuda.get_device_name(dev)
-        pinned = hb.host_device_bandwidth(dev, 256 * MiB, pinned=True)["h2d"].giga
-        pageable = hb.host_device_bandwidth(dev, 256 * MiB, pinned=False)["h2d"].giga
+        pinned = nb["transfer_rate"](256 * MiB, "cpu", dev, True).value
+        pageable = nb["transfer_rate"](256 * MiB, "cpu", dev, False).value
         yield "h2d pinned vs pageable", pinned, pageable, "GB/s", "pageable host memory"
         peak = hb.published_peak(name)
         if peak is not None:
             yield f"{name}: h2d pinned", pinned, peak.host_link_gbps, "GB/s", peak.source
-            copy = nb["copy_rate"](dx.fit_to_memory(1024 * MiB, 2, dev), dev).value
+            copy = nb["copy_rate"](fit_to_memory(1024 * MiB, 2, dev), dev).value
             yield f"{name}: copy", copy, peak.memory_gbps, "GB/s", peak.source
             for dtype in ("float32", "bfloat16", "float16"):
                 top = peak.matmul_tflops(dtype)
@@ -225,8 +227,8 @@ def comparisons(rounds):
                     with dx.allow_tf32(False):  # float32 in float32: the data sheet's FP32
                         tflops = hb.matmul_rate(8192, dtype, dev).giga / 1e3
                     yield f"{name}: matmul 8192 {dtype}", tflops, top, "TFLOP/s", peak.source
-        queued = hb.launch_overhead(dev).value * 1e6
-        waited = hb.launch_overhead(dev, wait_each=True).value * 1e6
+        queued = nb["tiny_op_time"](dev).value * 1e6
+        waited = nb["tiny_op_time"](dev, wait_each=True).value * 1e6
         yield "GPU launch: queued vs waited", queued, waited, "us", "synchronize after each"
 
 

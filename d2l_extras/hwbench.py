@@ -19,7 +19,8 @@ import torch
 from .bands import Band
 from .checks import whole_number
 from .hardware import default_device, fit_to_memory
-from .perfmodel import GB, Kernel, Roof
+from .parallel import allow_tf32
+from .perfmodel import GB, Kernel, Roof, roof_violations
 from .profiles import by_profile
 from .sizes import problem_size
 from .timing import Clock, Measurement, measure, measure_interleaved, synchronize
@@ -193,9 +194,11 @@ def roofline(n: int | None = None, k: int | None = None, device: Device = "cpu",
             "vector add": (lambda: torch.add(x, y, out=z), n, 3 * 4 * n, n),
             "matrix-vector": (lambda: torch.mv(A, v, out=w), 2 * m * m, 4 * (m * m + 2 * m), m),
             "matrix-matrix": (lambda: torch.mm(P, Q, out=R), 2 * k ** 3, 3 * 4 * k * k, k)}
-    # In turns, in runs of equal length: a burst of load slows probes and kernels alike.
-    timed = measure_interleaved({name: job[0] for name, job in jobs.items()}, devices=[device],
-                                balance=True, clock=clock)
+    # In turns, in runs of equal length: a burst of load slows probes and kernels alike. Products
+    # in true float32 (TF32 off), the dtype of the roof and of a data sheet's FP32 peak.
+    with allow_tf32(False):
+        timed = measure_interleaved({name: job[0] for name, job in jobs.items()},
+                                    devices=[device], balance=True, clock=clock)
     kernels = [Kernel(name, flops, nbytes, timed[name].median, size, timed[name].band)
                for name, (_, flops, nbytes, size) in list(jobs.items())[3:]]
     # The roof: the best repeat of everything in this run, kernels too: on some CPUs a vector
@@ -204,7 +207,23 @@ def roofline(n: int | None = None, k: int | None = None, device: Device = "cpu",
     best = {name: job[1 if name in products else 2] / timed[name].best / GB
             for name, job in jobs.items()}
     streams = [gbps for name, gbps in best.items() if name not in products]
-    return Roof(max(streams), max(best[p] for p in products), best), kernels
+    roof = Roof(max(streams), max(best[p] for p in products), best)
+    if device.type == "cuda":
+        roof.published = published_peak(torch.cuda.get_device_name(device))
+        check_data_sheet(kernels, roof.published)
+    return roof, kernels
+
+
+def check_data_sheet(kernels: Sequence[Kernel], peak: "GpuPeak | None") -> None:
+    """Raise if a float32 kernel lies above the GPU's published roof: a measuring error."""
+    if peak is None or peak.matmul_tflops("float32") is None:
+        return  # a GPU not in the table: nothing to hold the points to
+    sheet = Roof(peak.memory_gbps, 1e3 * peak.matmul_tflops("float32"))
+    # the L2 cache may serve up to its size of a kernel's bytes between calls
+    above = roof_violations(kernels, sheet, 0.05, cache_bytes=peak.l2_mb * 1e6)
+    if above:
+        raise AssertionError(f"points above the {peak.name}'s data sheet's roof "
+                             f"({peak.source}): {above}; a measuring error")
 
 
 @dataclass
@@ -428,7 +447,9 @@ _A100 = (9.7, 19.5, 156, 312, 312, None)
 # A pattern matches the whole name torch.cuda.get_device_name() reports: variants (laptop part,
 # RTX 4090 D, A10G, MIG slice; GH200, B200, RTX 50xx lack one figure per name) get nothing.
 # Columns: pattern, name, memory GB/s, host link GB/s, L2 MB, source (".../": a data sheet page),
-# dense TFLOP/s per _PEAK_DTYPES (None: unpublished; sparse halved; GeForce: FP16 accumulate).
+# dense TFLOP/s per _PEAK_DTYPES (None: unpublished; sparse halved). GeForce float16 and bfloat16:
+# the FP32-accumulate figures, as torch.mm accumulates 16-bit products in float32 (the FP16-accumulate
+# figures, twice as high, do not apply).
 _PEAKS = [
     (r"H100 80GB HBM3|H100 SXM5?( 80GB)?", "H100 SXM5 80GB", 3350, 63, 50, "h100/", _H100),
     (r"H100( 80GB)? PCIe", "H100 PCIe 80GB", 2000, 63, 50, "h100/",
@@ -452,10 +473,10 @@ _PEAKS = [
     (r"A10", "A10", 600, 31.5, 6, "products/a10-gpu/", (None, 31.2, 62.5, 125, 125, None)),
     (r"RTX 4090", "GeForce RTX 4090", 1008, 31.5, 72,
      "NVIDIA Ada Lovelace architecture whitepaper (2022), appendix A",
-     (None, 82.6, 82.6, 165.2, 330.3, None)),
+     (None, 82.6, 82.6, 165.2, 165.2, None)),
     (r"RTX 3090", "GeForce RTX 3090", 936, 31.5, 6,
      "NVIDIA Ampere GA102 architecture whitepaper (2020), appendix A",
-     (None, 35.6, 35.6, 71, 142, None)),
+     (None, 35.6, 35.6, 71, 71, None)),
 ]
 PUBLISHED_PEAKS: list[tuple[str, GpuPeak]] = [
     (pattern, GpuPeak(name, memory, {d: t for d, t in zip(_PEAK_DTYPES, tflops) if t is not None},

@@ -72,6 +72,7 @@ class Roof:
     bandwidth_gbps: float
     peak_gflops: float
     probes: dict = field(default_factory=dict)   # name -> best GB/s or GFLOP/s measured
+    published: object = None   # a GPU's data sheet (hwbench.GpuPeak) where roofline knows it
 
     ridge = property(lambda self: self.peak_gflops / self.bandwidth_gbps,
                      doc="FLOP per byte where the arithmetic, not the memory, becomes the limit.")

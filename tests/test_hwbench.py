@@ -452,3 +452,32 @@ def test_plot_roofline_labels_the_memory_roof_with_what_was_measured():
     ax = dx.plot_roofline(10.0, 100.0, memory_label="copy, 512 MiB (DRAM): 10 GB/s")
     assert "copy, 512 MiB (DRAM): 10 GB/s" in texts(ax) and "memory 10 GB/s" not in texts(ax)
     plt.close(ax.figure)
+
+
+def test_geforce_16_bit_peaks_are_the_fp32_accumulate_figures():
+    # torch.mm accumulates float16 products in float32: the whitepapers' FP32-accumulate column
+    # (the FP16-accumulate one is twice as high on GeForce cards).
+    assert hb.published_peak("NVIDIA GeForce RTX 4090").matmul_tflops("float16") == 165.2
+    assert hb.published_peak("NVIDIA GeForce RTX 3090").matmul_tflops("float16") == 71
+    for name in ("NVIDIA GeForce RTX 4090", "NVIDIA GeForce RTX 3090"):
+        peak = hb.published_peak(name)
+        assert peak.matmul_tflops("float16") == peak.matmul_tflops("bfloat16")
+
+
+def test_check_data_sheet_flags_points_above_a_gpus_published_roof():
+    h100 = hb.published_peak("NVIDIA H100 80GB HBM3")     # 3350 GB/s, 67 TFLOP/s, 50 MB of L2
+    n = 2 ** 26                                           # a vector add of 805 MB: no cache helps
+    add = lambda gbps: hb.Kernel("vector add", n, 12 * n, 12 * n / (gbps * 1e9), n)
+    mm = lambda tflops: hb.Kernel("matrix-matrix", 2 * 8192 ** 3, 12 * 8192 ** 2,
+                                  2 * 8192 ** 3 / (tflops * 1e12), 8192)
+    hb.check_data_sheet([add(3000), mm(60)], h100)        # under the roof: silent
+    hb.check_data_sheet([add(9000), mm(900)], None)       # unknown GPU: nothing to hold them to
+    with pytest.raises(AssertionError, match=r"H100 SXM5 80GB's data sheet.*vector add"):
+        hb.check_data_sheet([add(4000), mm(60)], h100)
+    with pytest.raises(AssertionError, match=r"matrix-matrix"):
+        hb.check_data_sheet([add(3000), mm(90)], h100)    # TF32 speed counted as float32
+
+
+def test_roofline_on_the_cpu_names_no_data_sheet():
+    roof, _ = hb.roofline(2 ** 10, 16, "cpu", clock=timing.TickClock())
+    assert roof.published is None
