@@ -96,8 +96,11 @@ def message_sizes_mb(nproc: int, gpus: int, count: int = 4, budget: int | None =
 
 
 def check_input(rank: int, numel: int = 1001) -> torch.Tensor:
-    """The tensor rank adds in the benchmark's check, which the notebook sums in one process."""
-    return torch.randn(numel, generator=torch.Generator().manual_seed(10_000 + rank))
+    """The tensor rank adds in the benchmark's check: (rank + 1) * (0, 1, ..., numel - 1)."""
+    # n ranks sum to n (n + 1) / 2 * (0, 1, ...), which notebook 08 writes down by hand; every
+    # position holds its own value, so a chunk added in the wrong place shows. Exact in float32.
+    return (whole_number(rank, "rank", minimum=0) + 1) * torch.arange(
+        whole_number(numel, "numel"), dtype=torch.float32)
 
 
 def bus_bandwidth(size_bytes: float, seconds: float, n: int) -> tuple[float, float]:

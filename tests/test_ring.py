@@ -162,6 +162,10 @@ def test_check_input_depends_on_the_rank_only():
     torch.manual_seed(456)
     assert torch.equal(a, check_input(1)) and not torch.equal(a, check_input(2))
     assert a.shape == (1001,) and a.dtype == torch.float32
+    # notebook 08's rule: n ranks sum to n (n + 1) / 2 * (0, 1, ..., 1000), exactly
+    for n in (1, 2, 4, 8):
+        assert torch.equal(sum(check_input(r) for r in range(n)),
+                           n * (n + 1) / 2 * torch.arange(1001.0))
 
 
 @pytest.mark.timeout(150)

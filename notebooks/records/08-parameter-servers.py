@@ -15,4 +15,5 @@ for how, seconds in per_step.items():
               f"{steps} steps, {nproc} processes, {compare['backend']}")
 
 for n, bench in benches.items():  # each job ran where dx.init_worker puts n processes
-    assert bench["backend"] == ("nccl" if dx.worker_device(n).type == "cuda" else "gloo"), n
+    assert bench["backend"] == ("nccl" if dx.distributed.worker_device(n).type == "cuda"
+                                else "gloo"), n
