@@ -17,7 +17,7 @@ BRIEFLY = 0.05  # seconds a test gives something that must NOT happen
 
 @pytest.fixture(scope="module")
 def Backend():
-    ns = notebook_namespace("02", ["work", "Backend"])
+    ns = notebook_namespace("02", ["work", "Stream", "Backend"])
     # The notebook imports these in its set-up cell, which also prints the hardware report.
     ns.update(concurrent=concurrent, queue=queue, threading=threading, time=time)
     return ns["Backend"]

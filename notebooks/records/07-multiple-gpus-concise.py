@@ -10,13 +10,13 @@ if gpu is not None:  # another width and batch than the runs above: not compared
               f"alone, batch {gpu['batch_size']}")
 dx.record("ddp_speedup", speedup.value, "x",
           f"{k} processes / 1, samples per second")
-dx.record("ddp_accuracy_gap", gap, "1", f"final test accuracy, 1 vs {k}")
+dx.record("ddp_accuracy_gap", abs(acc_k - acc_1), "1", f"final test accuracy, 1 vs {k}")
 dx.record("ddp_allreduce_hidden", hidden_share, "1",
           "share of the allreduce time before backward ended")
 dx.record("ddp_allreduce_exposed_s", exposed, "s", "one step, rank 0")
 dx.record("ddp_comm_s", comm.value, "s",
           f"sync step - no_sync step, {k} processes, batch {plan.per_process}")
-for s in dx.SCALINGS:
+for s in predicted:
     dx.record(f"ddp_{s}_speedup_predicted", predicted[s], "x",
               f"{s} scaling, {k} processes, from t_compute and the allreduce")
     dx.record(f"ddp_{s}_speedup_measured", measured[s].value, "x",
