@@ -132,6 +132,11 @@ class TinyGPT(nn.Module):
             if isinstance(module, nn.Linear) and module.bias is not None:
                 nn.init.zeros_(module.bias)
 
+    @staticmethod
+    def sizes(device: torch.device | str, **kwargs) -> dict[str, int]:
+        """The capstone's shape, batch and steps for this device (capstone_sizes)."""
+        return capstone_sizes(device, **kwargs)
+
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         """Logits (B, T, vocab) of the next character after each position of X (B, T)."""
         if X.dim() != 2 or X.shape[1] > self.seq_len or X.is_floating_point():

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import d2l_extras as dx
-from d2l_extras.transformer import GROWTH, training_bytes
+from d2l_extras.transformer import GROWTH, capstone_sizes, lm_loss, training_bytes
 
 GB = 10 ** 9
 TEXT = "hello world, the time machine. " * 10
@@ -90,7 +90,7 @@ def test_model_shapes_and_loss_at_initialization():
     X, Y = batch()
     assert model(X).shape == (3, 16, 11)
     assert model(X[:, :5]).shape == (3, 5, 11)      # shorter sequences work
-    loss = dx.lm_loss(model, X, Y)
+    loss = lm_loss(model, X, Y)
     # small initial weights: about uniform predictions, loss ln(11)
     assert loss.dim() == 0 and abs(loss.item() - torch.log(torch.tensor(11.0)).item()) < 0.1
 
@@ -112,7 +112,7 @@ def test_checkpointing_gives_the_same_loss_and_gradients(every):
     plain, ckpt = small_model(), small_model(checkpoint=every)
     losses = []
     for model in (plain, ckpt):
-        loss = dx.lm_loss(model, X, Y)
+        loss = lm_loss(model, X, Y)
         loss.backward()
         losses.append(loss.detach())
     assert torch.equal(losses[0], losses[1])
@@ -129,7 +129,7 @@ def test_a_few_adam_steps_lower_the_loss_deterministically():
         opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
         g, losses = torch.Generator().manual_seed(0), []
         for _ in range(30):
-            loss = dx.lm_loss(model, *text.batch(8, 16, g))
+            loss = lm_loss(model, *text.batch(8, 16, g))
             loss.backward()
             opt.step()
             opt.zero_grad()
@@ -154,7 +154,7 @@ def test_bad_model_input_is_refused():
         model(torch.zeros(2, 4))
     X, Y = batch()
     with pytest.raises(ValueError, match="Y must have X's shape"):
-        dx.lm_loss(model, X, Y[:, :-1])
+        lm_loss(model, X, Y[:, :-1])
 
 
 # --- the sizes
@@ -162,7 +162,7 @@ def test_bad_model_input_is_refused():
 @pytest.mark.parametrize("prof", ["ci", "class", "full"])
 @pytest.mark.parametrize("budget", [4 * GB, 16 * GB, 80 * GB], ids=["4GB", "16GB", "80GB"])
 def test_gpu_sizes_fit_with_the_larger_batch(prof, budget):
-    s = dx.capstone_sizes("cuda", budget=budget, profile_name=prof)
+    s = dx.TinyGPT.sizes("cuda", budget=budget, profile_name=prof)
     assert set(s) == {"d_model", "n_heads", "n_layers", "seq_len", "batch", "steps"}
     assert s["d_model"] % s["n_heads"] == 0 and s["batch"] >= 4
     need = training_bytes(s["d_model"], s["n_heads"], s["n_layers"], s["seq_len"],
@@ -173,23 +173,31 @@ def test_gpu_sizes_fit_with_the_larger_batch(prof, budget):
 def test_sizes_grow_with_the_profile_and_memory():
     params = {}
     for prof in ("ci", "class", "full"):
-        s = dx.capstone_sizes("cuda", budget=80 * GB, profile_name=prof)
+        s = dx.TinyGPT.sizes("cuda", budget=80 * GB, profile_name=prof)
         params[prof] = s["n_layers"] * s["d_model"] ** 2
         assert s["steps"] > 0
     assert params["ci"] < params["class"] < params["full"]
-    small = dx.capstone_sizes("cuda", budget=4 * GB, profile_name="full")
+    small = dx.TinyGPT.sizes("cuda", budget=4 * GB, profile_name="full")
     assert small["n_layers"] * small["d_model"] ** 2 < params["full"]
 
 
 def test_cpu_sizes_are_tiny_and_fixed(monkeypatch):
     for prof in ("ci", "class"):
         monkeypatch.setenv("D2L_PROFILE", prof)
-        s = dx.capstone_sizes("cpu")
+        s = dx.TinyGPT.sizes("cpu")
         assert s["n_layers"] <= 2 and s["d_model"] <= 128 and s["seq_len"] <= 64
 
 
 def test_bad_sizes_input_is_refused():
     with pytest.raises(ValueError, match="unknown profile"):
-        dx.capstone_sizes("cuda", budget=GB, profile_name="huge")
+        dx.TinyGPT.sizes("cuda", budget=GB, profile_name="huge")
     with pytest.raises(ValueError, match="does not fit"):
-        dx.capstone_sizes("cuda", budget=10 ** 6, profile_name="class")
+        dx.TinyGPT.sizes("cuda", budget=10 ** 6, profile_name="class")
+
+
+def test_the_model_names_its_sizes():
+    # The notebook asks dx.TinyGPT.sizes(device): the same policy as capstone_sizes.
+    assert dx.TinyGPT.sizes("cuda", budget=16 * GB, profile_name="class") == \
+        capstone_sizes("cuda", budget=16 * GB, profile_name="class")
+    assert dx.TinyGPT.sizes("cuda", budget=4 * GB, profile_name="full") != \
+        capstone_sizes("cuda", budget=80 * GB, profile_name="full")

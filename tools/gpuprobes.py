@@ -157,7 +157,7 @@ def training_trace(path: Path) -> tuple[str, dict]:
 
     def step():
         opt.zero_grad(set_to_none=True)
-        dx.lm_loss(model, X, X).backward()
+        dx.transformer.lm_loss(model, X, X).backward()
         opt.step()
 
     step(), step()
