@@ -18,48 +18,35 @@ _EXPORTS = {
     "sizes": ["problem_size"],
     # figures a notebook measured, collected by `make report`
     "report": ["record"],
-    "hardware": ["accelerators", "cpu_name", "cuda_arch_supported", "cuda_gpus", "default_device",
-                 "devices", "fit_to_memory", "hardware_report", "square_side"],
+    "hardware": ["accelerators", "cpu_name", "cuda_arch_supported", "cuda_gpus",
+                 "default_device", "devices", "hardware_report"],
     # measurements with their noise: one way to time, one comparison, predictions in a band
-    "timing": ["Benchmark", "format_seconds", "max_time", "measure", "measure_interleaved",
-               "synchronize"],
-    "bands": ["Band", "check_prediction", "compare", "errorbars"],
-    "plotting": ["MIN_POINTS", "bar_chart", "log_axis", "plot_memory_timeline", "plot_roofline",
-                 "plot_timeline", "seconds_axis", "use_slide_style"],
-    "compiler": ["compile_support", "fresh_compile_cache", "gpu_compile_rule", "last_level_cache",
-                 "maybe_compile"],
-    "distributed": ["WorkerError", "init_worker", "launch", "torchrun_command",
-                    "worker_device"],
+    "timing": ["Benchmark", "format_seconds", "measure", "measure_interleaved", "synchronize"],
+    "bands": ["Band", "check_prediction", "compare"],
+    "plotting": ["bar_chart", "plot_roofline", "plot_timeline", "use_slide_style"],
+    "compiler": ["compile_support", "gpu_compile_rule", "last_level_cache", "maybe_compile"],
+    "distributed": ["init_worker", "launch", "worker_device"],
     # asynchronous computation, automatic parallelism: profiler timelines
-    "profiling": ["TimelineEvent", "busy_time", "launch_stacks", "overlap_time", "profile_trace",
-                  "record_timeline", "trace_events"],
+    "profiling": ["busy_time", "profile_trace", "record_timeline"],
     # hardware: measurements of this machine
-    "hwbench": ["cache_sizes", "default_matmul_sizes", "default_sweep_sizes",
-                "dtype_supported", "host_device_bandwidth", "launch_overhead", "loopback_network",
-                "machine_load", "matmul_rate", "one_thread_if_busy", "p2p_access", "peer_bandwidth",
-                "published_peak", "roofline", "storage_reads",
-                "tensor_core_dtypes"],
+    "hwbench": ["dtype_supported", "host_device_bandwidth", "one_thread_if_busy", "p2p_access",
+                "roofline", "tensor_core_dtypes"],
     # models of compute: t = max(overhead, bytes / bandwidth, flops / peak), the roofline
-    "perfmodel": ["PerformanceModel", "REGIMES", "Roof", "memory_regime", "roof_violations"],
+    "perfmodel": [],
     # memory and precision: where training's memory goes, counted and followed over a step
-    "memory": ["CachingAllocatorModel", "SavedTensors", "memory_timeline",
-               "model_state_bytes", "peak_memory", "snapshot_series", "training_state_bytes"],
+    "memory": ["peak_memory", "training_state_bytes"],
     # ... and number formats, float32 to fp8, by bits, range and step, measured by casting
-    "precision": ["FLOAT_FORMATS", "format_limits", "measure_format", "plot_formats",
-                  "round_mantissa"],
+    "precision": [],
     # multiple GPUs: data, models, data parallelism (ddp.py runs under torchrun)
-    "data": ["book_fashion_mnist", "load_images"],
-    "models": ["init_weights", "lenet_params", "resnet18"],
-    "parallel": ["allow_tf32", "evaluate_accuracy", "even_batch_size", "replicate",
-                 "set_float32_precision", "sgd", "strict_float32"],
+    "data": ["load_images"],
+    "models": ["resnet18"],
+    "parallel": ["allow_tf32", "evaluate_accuracy", "strict_float32"],
     # parameter servers: cost model, ring allreduce, sharded key-value store
-    "communication": ["SCALINGS", "plot_sync_costs", "ring_time", "server_time", "speedup",
-                      "sync_time", "transfer_time"],
-    "ring": ["bus_bandwidth", "check_input", "message_sizes_mb", "process_counts",
-             "ring_allreduce"],
-    "kvstore": ["acknowledged_steps", "committed_step"],
+    "communication": ["ring_time", "speedup"],
+    "ring": ["bus_bandwidth"],
+    "kvstore": [],
     # capstone: a character-level transformer on The Time Machine (notebook 09, its DDP worker)
-    "transformer": ["TinyGPT", "capstone_sizes", "lm_loss", "load_text"],
+    "transformer": ["TinyGPT", "load_text"],
     # exercises: a one-line check of a student's answer (worked solutions, make student)
     "exercises": ["check"],
 }

@@ -85,7 +85,7 @@ def set_float32_precision(tf32: bool) -> str:
     warnings.filterwarnings("ignore", message=_TF32_HINT)  # chosen: no need to hint again
     if torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 0):
         notice(f"{words} on {torch.cuda.get_device_name()}, chosen with "
-               f"dx.set_float32_precision(tf32={tf32})")
+               f"dx.parallel.set_float32_precision(tf32={tf32})")
     return words
 
 

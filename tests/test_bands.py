@@ -120,10 +120,10 @@ def test_check_prediction_refuses_nonsense(args, match):
 def test_errorbars_are_distances_from_each_median_in_the_plots_unit():
     # a Measurement by its interquartile range (11-13 ms); a quoted 5.0: no whisker
     bands = [Band(2.0, 1.5, 3.0), m(0.010, 0.012, 0.014), 5.0]
-    low, high = dx.errorbars(bands, scale=1e3)
+    low, high = dx.bands.errorbars(bands, scale=1e3)
     assert low == pytest.approx([500.0, 1.0, 0.0])
     assert high == pytest.approx([1000.0, 1.0, 0.0])
-    assert dx.errorbars([]) == [[], []]
+    assert dx.bands.errorbars([]) == [[], []]
 
 
 @pytest.mark.parametrize("values, scale, match", [
@@ -133,4 +133,4 @@ def test_errorbars_are_distances_from_each_median_in_the_plots_unit():
 ])
 def test_errorbars_refuse_nonsense(values, scale, match):
     with pytest.raises(ValueError, match=match):
-        dx.errorbars(values, scale)
+        dx.bands.errorbars(values, scale)

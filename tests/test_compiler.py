@@ -254,7 +254,7 @@ def test_fresh_compile_cache_points_inductor_at_an_empty_folder_and_back(monkeyp
     import os
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/somewhere/else")
     monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
-    with dx.fresh_compile_cache() as folder:
+    with dx.compiler.fresh_compile_cache() as folder:
         assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == folder and os.listdir(folder) == []
         assert os.environ["TRITON_CACHE_DIR"].startswith(folder)
     assert not os.path.exists(folder), "the cache folder is removed"

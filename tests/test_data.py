@@ -169,7 +169,7 @@ def test_book_loader_reads_the_cache_and_writes_nothing_here(tmp_path, monkeypat
     work = tmp_path / "repo" / "notebooks"
     work.mkdir(parents=True)
     monkeypatch.chdir(work)
-    loaders = dx.book_fashion_mnist(4, n_train=8, n_test=6, root=cache)
+    loaders = dx.data.book_fashion_mnist(4, n_train=8, n_test=6, root=cache)
     assert loaders is not None
     train_iter, test_iter = loaders
     assert len(train_iter.dataset) == 8 and len(test_iter.dataset) == 6  # the subset sizes
@@ -181,11 +181,11 @@ def test_book_loader_reads_the_cache_and_writes_nothing_here(tmp_path, monkeypat
 
 
 def test_book_loader_without_unpacked_files_returns_none(tmp_path):
-    assert dx.book_fashion_mnist(4, root=tmp_path) is None
+    assert dx.data.book_fashion_mnist(4, root=tmp_path) is None
     fake_fashion(tmp_path / "gz", compress=True)  # torchvision would try to download these
-    assert dx.book_fashion_mnist(4, root=tmp_path / "gz") is None
+    assert dx.data.book_fashion_mnist(4, root=tmp_path / "gz") is None
     with pytest.raises(ValueError, match="batch_size"):
-        dx.book_fashion_mnist(0, root=tmp_path)
+        dx.data.book_fashion_mnist(0, root=tmp_path)
 
 
 def test_images_and_labels_that_do_not_pair_up_are_refused(tmp_path):

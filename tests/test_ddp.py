@@ -108,7 +108,7 @@ def test_shard_loaders_split_every_epoch_over_world_processes(world):
     n_train, n_test = 103, 37  # divisible by no world > 1
     train = TensorDataset(torch.arange(n_train))
     test = TensorDataset(torch.arange(n_test))
-    batch = dx.even_batch_size(16, world)
+    batch = dx.parallel.even_batch_size(16, world)
     seen, tested = [], []
     for rank in range(world):
         loader, sampler, test_loader = ddp.shard_loaders(train, test, batch, world, rank)
@@ -285,7 +285,7 @@ def test_two_gloo_processes_train_above_chance(monkeypatch):
 def test_a_crashing_worker_ends_the_run_quickly_with_its_message(monkeypatch):
     monkeypatch.setenv("D2L_PROFILE", "ci")
     start = time.perf_counter()
-    with pytest.raises(dx.WorkerError, match="failed on purpose"):
+    with pytest.raises(dx.distributed.WorkerError, match="failed on purpose"):
         dx.launch("d2l_extras.ddp", 2, ["--epochs", "1", "--threads", "1", "--crash-rank", "1",
                                         "--n-train", "256"], timeout=120, echo=False, env=GLOO)
     assert time.perf_counter() - start < 60

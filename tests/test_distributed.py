@@ -205,14 +205,14 @@ def test_worker_device_rejects_bad_input(gpus):
 
 
 def test_torchrun_command():
-    cmd = dx.torchrun_command("pkg.mod", 2, ["--epochs", 3], master_port=1234)
+    cmd = dx.distributed.torchrun_command("pkg.mod", 2, ["--epochs", 3], master_port=1234)
     assert cmd[:3] == [sys.executable, "-m", "torch.distributed.run"]
     assert "--nproc-per-node=2" in cmd and "--master-addr=127.0.0.1" in cmd
     assert "--master-port=1234" in cmd and cmd[-4:] == ["-m", "pkg.mod", "--epochs", "3"]
     # None: a free port now; 0: none given, the launched d2l_extras.distributed binds one.
-    picked = dx.torchrun_command("pkg.mod", 2)
+    picked = dx.distributed.torchrun_command("pkg.mod", 2)
     assert sum(a.startswith("--master-port=") for a in picked) == 1
-    unset = dx.torchrun_command("pkg.mod", 2, master_port=0)
+    unset = dx.distributed.torchrun_command("pkg.mod", 2, master_port=0)
     assert not any(a.startswith("--master-port") for a in unset)
 
 
@@ -221,7 +221,7 @@ def test_torchrun_command():
 def test_torchrun_command_rejects_bad_input(kwargs):
     args = dict(module="m", nproc=2) | kwargs
     with pytest.raises(ValueError):
-        dx.torchrun_command(**args)
+        dx.distributed.torchrun_command(**args)
 
 
 def test_launch_returns_output_and_result_and_passes_env(worker_dir):
@@ -276,7 +276,7 @@ def test_hanging_run_is_stopped_at_the_timeout(worker_dir, pid_dir):
         for f in pid_dir.glob("*.pid"):
             f.unlink()
         start = time.perf_counter()
-        with pytest.raises(dx.WorkerError, match=f"did not finish within {timeout} s"):
+        with pytest.raises(dx.distributed.WorkerError, match=f"did not finish within {timeout} s"):
             dx.launch("pid_worker", 2, timeout=timeout, echo=False, grace=2,
                       env={"D2L_PID_DIR": str(pid_dir), "D2L_IGNORE_TERM": "1"})
         assert time.perf_counter() - start < timeout + 2 + 30
@@ -294,7 +294,7 @@ def test_failing_worker_fails_fast_with_its_message_and_leaves_no_process_behind
     # Rank 1 fails while rank 0 would sleep for 10 minutes: torchrun stops rank 0 with SIGTERM
     # to its process group; the children ignore it.
     start = time.perf_counter()
-    with pytest.raises(dx.WorkerError, match="failed on rank 1 .*ValueError: rank 1 cannot go") \
+    with pytest.raises(dx.distributed.WorkerError, match="failed on rank 1 .*ValueError: rank 1 cannot go") \
             as failure:
         dx.launch("pid_worker", 2, timeout=120, echo=False,
                   env={"D2L_PID_DIR": str(pid_dir), "D2L_MODE": "fail"})
@@ -725,7 +725,7 @@ def nccl_worker(worker_dir, monkeypatch):
 
 def test_launch_names_the_cause_of_a_hung_nccl_run(nccl_worker):
     nccl_worker([])  # the copies arrived: NCCL_P2P_DISABLE is not set
-    with pytest.raises(dx.WorkerError, match="did not finish within 3 s") as hung:
+    with pytest.raises(dx.distributed.WorkerError, match="did not finish within 3 s") as hung:
         dx.launch("nccl_worker", 2, timeout=3, echo=False, grace=2, env={"D2L_MODE": "hang"})
     first = str(hung.value).splitlines()[0]
     assert "Kaggle's 2 x T4" in first and "rerun with NCCL_P2P_DISABLE=1" in first
@@ -735,7 +735,7 @@ def test_launch_disables_p2p_where_copies_fail_and_says_what_next(nccl_worker, c
                                                                   monkeypatch):
     nccl_worker(["0 -> 1"])
     monkeypatch.setattr(dx.report, "_NOTICED", set())
-    with pytest.raises(dx.WorkerError, match="failed on rank") as failed:
+    with pytest.raises(dx.distributed.WorkerError, match="failed on rank") as failed:
         dx.launch("nccl_worker", 2, timeout=120, echo=False)
     assert any("P2P disabled: 1" in line for line in failed.value.output)  # the workers' env
     assert "NCCL_P2P_DISABLE=1 already: add NCCL_IB_DISABLE=1" in str(failed.value)

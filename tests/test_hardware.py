@@ -88,7 +88,7 @@ def test_free_memory_counts_the_allocators_cache_as_free(monkeypatch):
     monkeypatch.setattr(torch.cuda, "memory_allocated", answer(1 * GiB))
     assert dx.hardware.free_memory("cuda:1") == 7 * GiB
     assert set(asked) == {torch.device("cuda", 1)}  # every figure is that GPU's
-    assert dx.fit_to_memory(10 ** 12, 1, "cuda:1", fraction=1) == 7 * GiB
+    assert dx.hardware.fit_to_memory(10 ** 12, 1, "cuda:1", fraction=1) == 7 * GiB
 
 
 def test_free_memory_rejects_unknown_device():
@@ -97,17 +97,17 @@ def test_free_memory_rejects_unknown_device():
 
 
 def test_fit_to_memory_shrinks_to_budget():
-    assert dx.fit_to_memory(10_000, 100, budget=1_000_000, fraction=0.5) == 5_000
-    assert dx.fit_to_memory(10, 100, budget=1_000_000) == 10  # fits already: unchanged
+    assert dx.hardware.fit_to_memory(10_000, 100, budget=1_000_000, fraction=0.5) == 5_000
+    assert dx.hardware.fit_to_memory(10, 100, budget=1_000_000) == 10  # fits already: unchanged
 
 
 def test_fit_to_memory_uses_free_memory_by_default():
-    assert 1 <= dx.fit_to_memory(10 ** 15, 4, device="cpu") < 10 ** 15
+    assert 1 <= dx.hardware.fit_to_memory(10 ** 15, 4, device="cpu") < 10 ** 15
 
 
 def test_fit_to_memory_too_small_budget_says_so():
     with pytest.raises(ValueError, match="does not fit"):
-        dx.fit_to_memory(100, 1000, budget=1000, minimum=10)
+        dx.hardware.fit_to_memory(100, 1000, budget=1000, minimum=10)
 
 
 @pytest.mark.parametrize("kwargs", [dict(n=0), dict(bytes_per_item=0), dict(fraction=0),
@@ -115,7 +115,7 @@ def test_fit_to_memory_too_small_budget_says_so():
 def test_fit_to_memory_bad_arguments(kwargs):
     args = dict(n=10, bytes_per_item=4, budget=10 ** 6) | kwargs
     with pytest.raises(ValueError, match="fit_to_memory needs"):
-        dx.fit_to_memory(**args)
+        dx.hardware.fit_to_memory(**args)
 
 
 class _FakeGPU:
@@ -441,7 +441,7 @@ def test_square_side_rounds_a_memory_limited_side_down_to_a_multiple_of_64():
     # float16 kernel takes a dimension that is not a multiple of 8.
     budget = int(14.6e9)
     assert math.isqrt(int(budget * 0.25 // (1024 * 4))) == 943  # the side before rounding
-    assert dx.square_side(2048, count=1024, budget=budget) == 896
+    assert dx.hardware.square_side(2048, count=1024, budget=budget) == 896
 
 
 @pytest.mark.parametrize("count", [1, 3, 22, 51, 1024])
@@ -450,19 +450,19 @@ def test_square_side_rounds_a_memory_limited_side_down_to_a_multiple_of_64():
 def test_square_side_is_a_multiple_of_64_when_memory_decides(count, dtype, budget):
     item = torch.empty((), dtype=dtype).element_size()
     fitting = math.isqrt(int(budget * 0.25 // (count * item)))
-    side = dx.square_side(10 ** 6, count=count, dtype=dtype, budget=budget)
+    side = dx.hardware.square_side(10 ** 6, count=count, dtype=dtype, budget=budget)
     assert side % 64 == 0 and fitting - 64 < side <= fitting
 
 
 def test_square_side_keeps_what_fits_and_never_goes_below_minimum():
-    assert dx.square_side(1000, budget=GiB) == 1000  # wanted decides: unchanged, not 960
-    assert dx.square_side(100, budget=100 ** 2 * 4, fraction=1) == 100  # fits exactly
+    assert dx.hardware.square_side(1000, budget=GiB) == 1000  # wanted decides: unchanged, not 960
+    assert dx.hardware.square_side(100, budget=100 ** 2 * 4, fraction=1) == 100  # fits exactly
     # The side memory allows is 100: 64 is below these minimums, so a multiple of 8, or 100.
-    assert dx.square_side(1000, budget=100 ** 2 * 4, fraction=1, minimum=64) == 64
-    assert dx.square_side(1000, budget=100 ** 2 * 4, fraction=1, minimum=72) == 96
-    assert dx.square_side(1000, budget=100 ** 2 * 4, fraction=1, minimum=99) == 100
+    assert dx.hardware.square_side(1000, budget=100 ** 2 * 4, fraction=1, minimum=64) == 64
+    assert dx.hardware.square_side(1000, budget=100 ** 2 * 4, fraction=1, minimum=72) == 96
+    assert dx.hardware.square_side(1000, budget=100 ** 2 * 4, fraction=1, minimum=99) == 100
     with pytest.raises(ValueError, match="smallest size"):
-        dx.square_side(1000, budget=100 ** 2 * 4, fraction=1, minimum=101)
+        dx.hardware.square_side(1000, budget=100 ** 2 * 4, fraction=1, minimum=101)
 
 
 def test_cuda_gpus_are_the_cuda_accelerators(monkeypatch):

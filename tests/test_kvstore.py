@@ -316,7 +316,7 @@ def test_2_processes_push_pull_then_kill_and_restart_loses_nothing(tmp_path):
     steps = 30
     args = ["--task", "fault", "--workdir", str(tmp_path), "--steps", steps,
             "--ckpt-every", 5, "--kill-at", 13, "--lr", 0.5, "--batch", 16, "--timeout", 30]
-    with pytest.raises(dx.WorkerError) as crash:
+    with pytest.raises(dx.distributed.WorkerError) as crash:
         dx.launch("d2l_extras.kvstore", 2, args, timeout=75, echo=False)
     assert re.search(r"kvstore failed( on rank 1)? \(exit code", str(crash.value))
     # torchrun's report names the rank that died and its exit code

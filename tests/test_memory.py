@@ -52,26 +52,26 @@ def test_model_and_optimizer_state_match_a_hand_count():
     net = small_net()
     n = 4 * 5 + 5 + 5 * 3 + 3  # 43 parameters
     opt = torch.optim.Adam(net.parameters())
-    assert dx.model_state_bytes(net, opt) == {"parameters": 4 * n, "gradients": 0,
+    assert dx.memory.model_state_bytes(net, opt) == {"parameters": 4 * n, "gradients": 0,
                                               "optimizer state": 0}
     net(torch.randn(7, 4)).sum().backward()
     opt.step()
     # Adam's two moments per parameter; its step counters (scalars) are not per-parameter state
-    assert dx.model_state_bytes(net, opt) == {"parameters": 4 * n, "gradients": 4 * n,
+    assert dx.memory.model_state_bytes(net, opt) == {"parameters": 4 * n, "gradients": 4 * n,
                                               "optimizer state": 8 * n}
     assert any(v.dim() == 0 for s in opt.state.values() for v in s.values())
     sgd = torch.optim.SGD(net.parameters(), lr=0.1)
     sgd.step()
-    assert dx.model_state_bytes(net, sgd)["optimizer state"] == 0
-    assert dx.model_state_bytes(net)["optimizer state"] == 0
+    assert dx.memory.model_state_bytes(net, sgd)["optimizer state"] == 0
+    assert dx.memory.model_state_bytes(net)["optimizer state"] == 0
     with pytest.raises(TypeError, match="Optimizer"):
-        dx.model_state_bytes(net, net)
+        dx.memory.model_state_bytes(net, net)
 
 
 def test_saved_tensors_match_a_hand_count_and_are_released_by_backward():
     net = small_net()
     x, y = torch.randn(7, 4), torch.randn(7, 3)
-    with dx.SavedTensors(exclude=net.parameters()) as saved:
+    with dx.memory.SavedTensors(exclude=net.parameters()) as saved:
         loss = nn.functional.mse_loss(net(x), y)
         saved.mark("backward")
         held = saved.bytes
@@ -85,12 +85,12 @@ def test_saved_tensors_match_a_hand_count_and_are_released_by_backward():
 
 def test_saved_tensors_count_a_storage_once_and_leave_out_what_is_excluded():
     w = torch.randn(50, requires_grad=True)
-    with dx.SavedTensors() as everything:
+    with dx.memory.SavedTensors() as everything:
         loss = (w * w).sum()         # mul saves w twice: one storage
         assert everything.bytes == 200
         loss.backward()
     assert everything.peak == 200 and everything.bytes == 0
-    with dx.SavedTensors(exclude=[w]) as saved:
+    with dx.memory.SavedTensors(exclude=[w]) as saved:
         (w * w).sum().backward()
     assert saved.peak == 0
 
@@ -120,7 +120,7 @@ def test_memory_timeline_follows_the_cpu_allocations_and_phases(monkeypatch):
         phase("forward", 1000, 20), phase("backward", 1020, 30), phase("other", 1000, 5),
         cpu_event(1010, 300), cpu_event(1005, 100), cpu_event(1030, -300),
         cuda_event(1040, 999, 2048)]})
-    tl = dx.memory_timeline(lambda: None, "cpu", phases=("forward", "backward"))
+    tl = dx.memory.memory_timeline(lambda: None, "cpu", phases=("forward", "backward"))
     assert tl.allocated == [0, 100, 400, 100] and tl.peak == 400
     assert tl.times == pytest.approx([0, 5e-6, 10e-6, 30e-6])
     assert tl.reserved is None
@@ -135,14 +135,14 @@ def test_memory_timeline_on_cuda_keeps_one_device_and_its_reserve(monkeypatch):
                                          cpu_event(13, 64)]})
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device: 8 * MiB)  # at the start
-    tl = dx.memory_timeline(lambda: None, "cuda")
+    tl = dx.memory.memory_timeline(lambda: None, "cuda")
     assert tl.allocated == [0, 512, 0]
     assert tl.reserved == [0, 2 * MiB, 2 * MiB]
 
 
 def test_memory_is_measured_on_the_cpu_or_cuda():
     with pytest.raises(ValueError, match="measure on the CPU"):
-        dx.memory_timeline(lambda: None, "mps")
+        dx.memory.memory_timeline(lambda: None, "mps")
     with pytest.raises(ValueError, match="measure on the CPU"):
         dx.peak_memory(lambda: None, "mps")
 
@@ -171,7 +171,7 @@ def test_memory_timeline_names_the_phases_of_a_step():
             a = torch.ones(MiB // 4)
         with record_function("backward"):
             del a
-    tl = dx.memory_timeline(step)
+    tl = dx.memory.memory_timeline(step)
     assert [p[0] for p in tl.phases] == ["forward", "backward"]
     assert tl.peak == pytest.approx(MiB, abs=4096) and tl.allocated[-1] <= 4096
 
@@ -219,15 +219,15 @@ def test_snapshot_series_adds_allocations_and_completed_frees():
         {"action": "alloc", "size": 100}, {"action": "free_requested", "size": 100},
         {"action": "alloc", "size": 50}, {"action": "free_completed", "size": 100},
         {"action": "segment_alloc", "size": 2 * MiB}]]}
-    assert dx.snapshot_series(snap) == [0, 100, 150, 50]
+    assert dx.memory.snapshot_series(snap) == [0, 100, 150, 50]
     with pytest.raises(ValueError, match="_record_memory_history"):
-        dx.snapshot_series(snap, device_index=1)
+        dx.memory.snapshot_series(snap, device_index=1)
     with pytest.raises(ValueError, match="_snapshot"):
-        dx.snapshot_series([])
+        dx.memory.snapshot_series([])
 
 
 def test_the_toy_allocator_reuses_freed_blocks_and_fragments():
-    toy = dx.CachingAllocatorModel()
+    toy = dx.memory.CachingAllocatorModel()
     a = toy.malloc(100 * MiB)
     assert (toy.allocated, toy.reserved) == (100 * MiB, 100 * MiB)
     toy.free(a)
@@ -245,7 +245,7 @@ def test_the_toy_allocator_reuses_freed_blocks_and_fragments():
 
 
 def test_the_toy_allocator_rounds_requests_and_segments():
-    toy = dx.CachingAllocatorModel()
+    toy = dx.memory.CachingAllocatorModel()
     small = toy.malloc(1)
     assert (toy.allocated, toy.reserved) == (512, 2 * MiB)
     toy.free(small)
@@ -257,7 +257,7 @@ def test_the_toy_allocator_rounds_requests_and_segments():
 
 @pytest.mark.parametrize("bad", [0, -5, 1.5, True])
 def test_the_toy_allocator_refuses_bad_requests(bad):
-    toy = dx.CachingAllocatorModel()
+    toy = dx.memory.CachingAllocatorModel()
     with pytest.raises(ValueError, match="whole number"):
         toy.malloc(bad)
     with pytest.raises(ValueError, match="no allocated block"):
@@ -267,11 +267,11 @@ def test_the_toy_allocator_refuses_bad_requests(bad):
 def test_plot_memory_timeline_draws_from_zero_with_readable_phases():
     tl = dx.memory.MemoryTimeline([0.0, 1e-3, 2e-3], [0, 3 * MiB, MiB], [0, 4 * MiB, 4 * MiB],
                            [("forward", 0.0, 1e-3), ("backward", 1e-3, 2e-3)])
-    ax = dx.plot_memory_timeline(tl, title="step")
+    ax = dx.plotting.plot_memory_timeline(tl, title="step")
     assert ax.get_ylim()[0] == 0 and ax.get_ylim()[1] >= 4
     legend = ax.get_legend().get_texts()
     assert [t.get_text() for t in legend] == ["allocated", "reserved", "forward", "backward"]
-    assert all(t.get_fontsize() >= dx.MIN_POINTS for t in legend)
+    assert all(t.get_fontsize() >= dx.plotting.MIN_POINTS for t in legend)
     plt.close("all")
     with pytest.raises(ValueError, match="at least one allocation"):
-        dx.plot_memory_timeline(dx.memory.MemoryTimeline([0.0], [0], None))
+        dx.plotting.plot_memory_timeline(dx.memory.MemoryTimeline([0.0], [0], None))

@@ -158,9 +158,9 @@ def test_gpu_busy_reads_the_profilers_kernels_against_the_launch_pace(monkeypatc
     def fake_timeline(kernel_s):
         def record_timeline(fn, devices):
             assert len(fn()) == 200 and devices == [torch.device("cuda", 0)]
-            launches = [dx.TimelineEvent("cudaLaunchKernel", "CPU thread 0", i * 1e-5, 4e-6,
+            launches = [dx.profiling.TimelineEvent("cudaLaunchKernel", "CPU thread 0", i * 1e-5, 4e-6,
                                          "launch") for i in range(200)]
-            return launches + [dx.TimelineEvent("add_", "cuda:0 stream 7", i * 1e-5 + 5e-6,
+            return launches + [dx.profiling.TimelineEvent("add_", "cuda:0 stream 7", i * 1e-5 + 5e-6,
                                                 kernel_s, "kernel") for i in range(200)]
         return record_timeline
 

@@ -51,7 +51,7 @@ def test_worker_module_runs_without_runpy_warning():
 
 
 def test_modules_are_reachable_as_attributes():
-    assert dx.kvstore.committed_step is dx.committed_step and "ring" in dir(dx)
+    assert dx.ring.bus_bandwidth is dx.bus_bandwidth and "kvstore" in dir(dx)
 
 
 def test_contributing_maps_every_module_and_its_names():

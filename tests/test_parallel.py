@@ -24,7 +24,7 @@ def _batch(n=24, seed=0):
 @pytest.mark.parametrize("k", range(1, 9))
 def test_even_batch_size(k):
     for batch in (1, 64, 128, 256):
-        even = dx.even_batch_size(batch, k)
+        even = dx.parallel.even_batch_size(batch, k)
         assert even % k == 0 and batch <= even < batch + k
 
 
@@ -39,9 +39,9 @@ def test_per_process_batch_splits_evenly_or_names_a_batch_that_does():
 
 def test_even_batch_size_rejects_bad_input():
     with pytest.raises(ValueError, match="k must be a whole number"):
-        dx.even_batch_size(64, 0)
+        dx.parallel.even_batch_size(64, 0)
     with pytest.raises(ValueError, match="batch_size must be a whole number"):
-        dx.even_batch_size(6.5, 2)
+        dx.parallel.even_batch_size(6.5, 2)
 
 
 class NewTF32:
@@ -136,7 +136,7 @@ def test_allow_tf32_on_this_torch_warns_nothing_and_restores():
 def test_sgd_step():
     p = torch.ones(2, requires_grad=True)
     p.grad = torch.full((2,), 4.0)
-    dx.sgd([p], lr=0.5, batch_size=2)
+    dx.parallel.sgd([p], lr=0.5, batch_size=2)
     torch.testing.assert_close(p.detach(), torch.zeros(2))
     assert not p.grad.any()
 
@@ -159,7 +159,7 @@ def test_evaluate_accuracy_split_equals_single():
     expected = (net.eval()(X).argmax(1) == y).float().mean().item()
     net.train()
     assert single == pytest.approx(expected)
-    replicas = dx.replicate(net, [CPU] * 3)
+    replicas = dx.parallel.replicate(net, [CPU] * 3)
     assert dx.evaluate_accuracy(replicas, batches, [CPU] * 3) == pytest.approx(expected)
     assert net.training  # the mode is restored
     with pytest.raises(ValueError, match="one model per device"):
@@ -175,13 +175,13 @@ def test_set_float32_precision_chooses_through_this_torchs_api(monkeypatch, caps
                                                               off, on):
     matmul, cudnn = fake_backends(monkeypatch, version)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert "TF32 off" in dx.set_float32_precision(False)
+    assert "TF32 off" in dx.parallel.set_float32_precision(False)
     assert tf32_state(matmul, cudnn) == off  # and it stays so; cuDNN's switches untouched
-    assert "as TF32" in dx.set_float32_precision(True)
+    assert "as TF32" in dx.parallel.set_float32_precision(True)
     assert tf32_state(matmul, cudnn) == on
     assert capsys.readouterr().out == ""  # no GPU where the choice matters: nothing printed
     with pytest.raises(ValueError, match="True .* or False"):
-        dx.set_float32_precision("ieee")
+        dx.parallel.set_float32_precision("ieee")
 
 
 def test_set_float32_precision_says_it_once_on_an_ampere_gpu(monkeypatch, capsys):
@@ -193,14 +193,14 @@ def test_set_float32_precision_says_it_once_on_an_ampere_gpu(monkeypatch, capsys
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H100 80GB HBM3")
     with warnings.catch_warnings(record=True) as caught:  # filters restored on leaving
         warnings.simplefilter("always")
-        dx.set_float32_precision(False)
-        dx.set_float32_precision(False)
+        dx.parallel.set_float32_precision(False)
+        dx.parallel.set_float32_precision(False)
         warnings.warn(parallel._TF32_HINT + " but not enabled. Consider ...")  # Inductor's
         warnings.warn("another warning")
     assert [str(w.message) for w in caught] == ["another warning"]
     lines = capsys.readouterr().out.splitlines()
     assert lines == ["notice: float32 matrix products in full float32 (TF32 off) on NVIDIA H100 "
-                     "80GB HBM3, chosen with dx.set_float32_precision(tf32=False)"]
+                     "80GB HBM3, chosen with dx.parallel.set_float32_precision(tf32=False)"]
 
 
 def test_set_float32_precision_leaves_torch_export_working():
@@ -209,9 +209,9 @@ def test_set_float32_precision_leaves_torch_export_working():
     settings, name, _ = parallel._tf32_switches(False)[0]  # the one it sets
     before = getattr(settings, name)
     try:
-        dx.set_float32_precision(False)
+        dx.parallel.set_float32_precision(False)
         torch.export.export(torch.nn.Linear(4, 2), (torch.randn(8, 4),))
-        dx.set_float32_precision(True)
+        dx.parallel.set_float32_precision(True)
         torch.export.export(torch.nn.Linear(4, 2), (torch.randn(8, 4),))
     finally:
         setattr(settings, name, before)

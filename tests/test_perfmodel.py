@@ -6,7 +6,7 @@ from d2l_extras import perfmodel as pm
 
 US, GB = 1e-6, 1e9
 # A made-up machine: 5 us per call, 20 GB/s, 100 GFLOP/s (ridge at 5 FLOP per byte).
-MODEL = dx.PerformanceModel(overhead_s=5 * US, bandwidth=20 * GB, peak=100 * GB)
+MODEL = dx.perfmodel.PerformanceModel(overhead_s=5 * US, bandwidth=20 * GB, peak=100 * GB)
 
 
 def test_each_term_is_its_limit_alone():
@@ -29,8 +29,8 @@ def test_no_work_still_pays_the_overhead():
 
 
 def test_regime_names_are_the_chapter_words():
-    assert list(dx.REGIMES) == ["overhead", "memory", "compute"]
-    assert set(dx.REGIMES.values()) == {"overhead-bound", "memory-bound", "compute-bound"}
+    assert list(dx.perfmodel.REGIMES) == ["overhead", "memory", "compute"]
+    assert set(dx.perfmodel.REGIMES.values()) == {"overhead-bound", "memory-bound", "compute-bound"}
 
 
 @pytest.mark.parametrize("kwargs", [
@@ -41,7 +41,7 @@ def test_regime_names_are_the_chapter_words():
 ])
 def test_a_machine_needs_three_positive_numbers(kwargs):
     with pytest.raises(ValueError, match="PerformanceModel"):
-        dx.PerformanceModel(**kwargs)
+        dx.perfmodel.PerformanceModel(**kwargs)
 
 
 @pytest.mark.parametrize("flops, n_bytes", [(-1, 8), (8, -1), (True, 8), (8, None),
@@ -102,11 +102,11 @@ MB = 10 ** 6
     (16 * MB, 480 * 2 ** 20, "cache"),
     (16 * MB, None, "unknown")])
 def test_memory_regime(operand, cache, regime):
-    assert dx.memory_regime(operand, cache) == regime
+    assert dx.perfmodel.memory_regime(operand, cache) == regime
 
 
 def test_memory_regime_live_operands():
-    assert dx.memory_regime(20 * MB, 50 * MB, live=2) == "cache"
+    assert dx.perfmodel.memory_regime(20 * MB, 50 * MB, live=2) == "cache"
 
 
 @pytest.mark.parametrize("kwargs", [dict(operand_bytes=0, cache_bytes=1),
@@ -116,4 +116,4 @@ def test_memory_regime_live_operands():
                                     dict(operand_bytes=1, cache_bytes=1, live=0)])
 def test_memory_regime_refuses_bad_sizes(kwargs):
     with pytest.raises(ValueError, match="whole number"):
-        dx.memory_regime(**kwargs)
+        dx.perfmodel.memory_regime(**kwargs)

@@ -46,7 +46,7 @@ def test_log_axis_adds_room_and_plain_ticks():
     ax.plot([1, 10, 100], [1, 10, 1000])
     ax.set_yscale("log")
     top = ax.get_ylim()[1]
-    dx.log_axis(ax)
+    dx.plotting.log_axis(ax)
     assert ax.get_ylim()[1] == pytest.approx(top * 2.5)
     assert ax.yaxis.get_major_formatter()(100, 0) == "100"
     plt.close("all")
@@ -55,7 +55,7 @@ def test_log_axis_adds_room_and_plain_ticks():
 def test_log_axis_needs_a_log_axis():
     _, ax = plt.subplots()
     with pytest.raises(ValueError, match="set_yscale"):
-        dx.log_axis(ax)
+        dx.plotting.log_axis(ax)
     plt.close("all")
 
 
@@ -68,8 +68,8 @@ def test_bar_chart_labels_seconds_with_units():
 def test_slide_style_sets_readable_sizes_and_returns_the_old_ones():
     old = dx.use_slide_style()
     try:
-        assert plt.rcParams["font.size"] >= dx.MIN_POINTS
-        assert all(plt.rcParams[k] >= dx.MIN_POINTS for k in
+        assert plt.rcParams["font.size"] >= dx.plotting.MIN_POINTS
+        assert all(plt.rcParams[k] >= dx.plotting.MIN_POINTS for k in
                    ("xtick.labelsize", "ytick.labelsize", "legend.fontsize", "axes.labelsize"))
         assert tuple(plt.rcParams["figure.figsize"]) == dx.plotting.SLIDE_STYLE["figure.figsize"]
     finally:
@@ -85,15 +85,15 @@ def test_helpers_draw_no_text_below_the_minimum():
     old = dx.use_slide_style()
     try:
         ax = dx.bar_chart({"eager": 2e-3, "compiled": 1e-3})
-        events = [dx.TimelineEvent("aten::mm", "CPU thread 1", 0.0, 1e-3, "cpu op"),
-                  dx.TimelineEvent("copy", "cuda:0 stream 7", 5e-4, 1e-3, "copy")]
+        events = [dx.profiling.TimelineEvent("aten::mm", "CPU thread 1", 0.0, 1e-3, "cpu op"),
+                  dx.profiling.TimelineEvent("copy", "cuda:0 stream 7", 5e-4, 1e-3, "copy")]
         tl = dx.plot_timeline(events)
         kernel = type("K", (), {"name": "axpy", "intensity": 0.1, "gflops": 1.0})()
         roof = dx.plot_roofline(10.0, 100.0, [kernel])
         for a in (ax, tl, roof):
             a.figure.canvas.draw()
             small = [(t.get_text(), t.get_fontsize()) for t in _texts(a.figure)
-                     if t.get_fontsize() < dx.MIN_POINTS]
+                     if t.get_fontsize() < dx.plotting.MIN_POINTS]
             assert not small, small
     finally:
         plt.rcParams.update(old)
@@ -103,14 +103,14 @@ def test_helpers_draw_no_text_below_the_minimum():
 def test_seconds_axis_shows_units_not_raw_seconds():
     _, ax = plt.subplots()
     ax.plot([0, 1, 2], [0, 2e-3, 4e-3])
-    dx.seconds_axis(ax, "y")
+    dx.plotting.seconds_axis(ax, "y")
     formatter = ax.yaxis.get_major_formatter()
     assert formatter(2e-3, 0) == "2 ms" and formatter(2.5e-5, 0) == "25 us"
     assert formatter(0, 0) == "0"
-    dx.seconds_axis(ax, "x")
+    dx.plotting.seconds_axis(ax, "x")
     assert ax.xaxis.get_major_formatter()(1.5, 0) == "1.5 s"
     with pytest.raises(ValueError, match="'x' or 'y'"):
-        dx.seconds_axis(ax, "z")
+        dx.plotting.seconds_axis(ax, "z")
     plt.close("all")
 
 

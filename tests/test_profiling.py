@@ -26,7 +26,7 @@ REAL_PROFILE = torch.autograd.profiler.profile
 
 
 def test_trace_events_gpu_lanes_and_kinds():
-    events = dx.trace_events(GPU_TRACE)
+    events = dx.profiling.trace_events(GPU_TRACE)
     lanes = {e.lane for e in events}
     assert lanes == {"CPU thread 0", "cuda:0 stream 7", "cuda:0 stream 13", "cuda:1 stream 7"}
     kernels = [e for e in events if e.kind == "kernel" and e.name != "Memset (Device)"]
@@ -41,7 +41,7 @@ def test_trace_events_gpu_lanes_and_kinds():
 
 
 def test_trace_events_top_level_cpu_thread_and_its_wait():
-    cpu = [e for e in dx.trace_events(GPU_TRACE) if e.lane == "CPU thread 0"]
+    cpu = [e for e in dx.profiling.trace_events(GPU_TRACE) if e.lane == "CPU thread 0"]
     # The record_function range folds every operator and launch inside it; the barrier after
     # it is where Python waited for both GPUs.
     assert [(e.name, e.kind) for e in cpu] == [("compute_and_copy", "cpu op"),
@@ -50,7 +50,7 @@ def test_trace_events_top_level_cpu_thread_and_its_wait():
 
 
 def test_trace_events_every_event_and_what_is_skipped():
-    every = dx.trace_events(GPU_TRACE, top_level=False)
+    every = dx.profiling.trace_events(GPU_TRACE, top_level=False)
     names = [e.name for e in every]
     assert names.count("cudaLaunchKernel") == 3 and names.count("cudaMemcpyAsync") == 2
     assert {e.kind for e in every if e.name.startswith("cuda")} == {"launch", "wait"}
@@ -63,30 +63,30 @@ def test_trace_events_every_event_and_what_is_skipped():
 
 
 def test_overlap_of_copies_and_kernels_in_the_gpu_trace():
-    events = dx.trace_events(GPU_TRACE)
+    events = dx.profiling.trace_events(GPU_TRACE)
     kernels = [e for e in events if e.kind == "kernel" and e.lane.startswith("cuda:0")]
     copies = [e for e in events if e.kind == "copy"]
     # The first copy (722-1122 us) runs under the second product (720-1320 us); the last
     # copy has no product left to hide behind.
-    assert dx.overlap_time(kernels, copies) == pytest.approx(400 * US)
+    assert dx.profiling.overlap_time(kernels, copies) == pytest.approx(400 * US)
     assert dx.busy_time(copies) == {"cuda:0 stream 13": pytest.approx(800 * US)}
 
 
 def test_overlap_time_counts_each_moment_once():
-    ev = dx.TimelineEvent
+    ev = dx.profiling.TimelineEvent
     a = [ev("k", "L", 0.0, 2.0, "kernel"), ev("k", "L", 1.0, 2.0, "kernel"),  # 0..3
          ev("k", "L", 5.0, 1.0, "kernel")]                                     # 5..6
     b = [ev("c", "M", 2.5, 3.0, "copy"), ev("c", "N", 2.5, 0.2, "copy")]      # 2.5..5.5
-    assert dx.overlap_time(a, b) == pytest.approx(0.5 + 0.5)
-    assert dx.overlap_time(b, a) == pytest.approx(1.0)
-    assert dx.overlap_time(a, []) == 0.0
+    assert dx.profiling.overlap_time(a, b) == pytest.approx(0.5 + 0.5)
+    assert dx.profiling.overlap_time(b, a) == pytest.approx(1.0)
+    assert dx.profiling.overlap_time(a, []) == 0.0
     touching = [ev("x", "L", 0.0, 1.0, "copy")], [ev("y", "M", 1.0, 1.0, "kernel")]
-    assert dx.overlap_time(*touching) == 0.0
+    assert dx.profiling.overlap_time(*touching) == 0.0
 
 
 def test_launch_stacks_name_the_cpu_ops_around_each_launch():
-    stacks = dx.launch_stacks(GPU_TRACE)
-    devices = [e for e in dx.trace_events(GPU_TRACE) if e.lane.startswith("cuda")]
+    stacks = dx.profiling.launch_stacks(GPU_TRACE)
+    devices = [e for e in dx.profiling.trace_events(GPU_TRACE) if e.lane.startswith("cuda")]
     assert set(stacks) == set(devices)  # every kernel, copy and memset: each launch is recorded
     names = {(e.name, e.lane, round(e.start / US)): [op.name for op in stack]
              for e, stack in stacks.items()}
@@ -100,23 +100,23 @@ def test_launch_stacks_name_the_cpu_ops_around_each_launch():
     # Without the range the stacks are shorter; without its launch a kernel has none.
     events = [ev for ev in GPU_TRACE["traceEvents"] if ev.get("cat") != "user_annotation"
               and (ev.get("cat"), ev.get("args", {}).get("correlation")) != ("cuda_runtime", 1009)]
-    stacks = dx.launch_stacks({"traceEvents": events})
+    stacks = dx.profiling.launch_stacks({"traceEvents": events})
     assert {e.lane for e in stacks} == {"cuda:0 stream 7", "cuda:0 stream 13"}
     assert {tuple(op.name for op in stack) for stack in stacks.values()} == {
         ("aten::zero_",), ("aten::matmul", "aten::mm"), ("aten::copy_",)}
 
 
 def test_trace_events_reads_a_file():
-    assert dx.trace_events(GPU_TRACE_PATH) == dx.trace_events(GPU_TRACE)
-    assert dx.trace_events(str(GPU_TRACE_PATH)) == dx.trace_events(GPU_TRACE)
+    assert dx.profiling.trace_events(GPU_TRACE_PATH) == dx.profiling.trace_events(GPU_TRACE)
+    assert dx.profiling.trace_events(str(GPU_TRACE_PATH)) == dx.profiling.trace_events(GPU_TRACE)
 
 
 def test_trace_events_bad_input():
     with pytest.raises(ValueError, match="traceEvents"):
-        dx.trace_events({"events": []})
+        dx.profiling.trace_events({"events": []})
     with pytest.raises(ValueError, match="traceEvents"):
-        dx.trace_events([1, 2])
-    assert dx.trace_events({"traceEvents": []}) == []
+        dx.profiling.trace_events([1, 2])
+    assert dx.profiling.trace_events({"traceEvents": []}) == []
 
 
 class SpyProfiler:
@@ -239,7 +239,7 @@ def test_profile_trace_rejects_non_callable():
 
 
 def test_busy_time_counts_overlap_once():
-    ev = dx.TimelineEvent
+    ev = dx.profiling.TimelineEvent
     events = [ev("a", "L", 0.0, 2.0, "kernel"), ev("b", "L", 1.0, 2.0, "kernel"),
               ev("c", "L", 5.0, 1.0, "kernel"), ev("d", "M", 0.0, 0.5, "copy")]
     assert dx.busy_time(events) == {"L": pytest.approx(4.0), "M": pytest.approx(0.5)}
@@ -249,17 +249,17 @@ def test_busy_time_counts_overlap_once():
 def test_square_side_fits_a_4gb_gpu():
     budget = 4 * 1024 ** 3
     # seed 001: 50 products of 4000 x 4000 plus the input ran a 4 GB GPU out of memory
-    side = dx.square_side(4000, count=51, budget=budget)
+    side = dx.hardware.square_side(4000, count=51, budget=budget)
     assert 64 <= side < 4000
     assert 51 * side ** 2 * 4 <= 0.25 * budget
-    assert dx.square_side(100, count=51, budget=budget) == 100  # small requests are kept
-    half = dx.square_side(4000, count=51, budget=budget, dtype=torch.float16)
+    assert dx.hardware.square_side(100, count=51, budget=budget) == 100  # small requests are kept
+    half = dx.hardware.square_side(4000, count=51, budget=budget, dtype=torch.float16)
     assert half > side  # two-byte numbers: more fit
 
 
 def test_square_side_too_small_budget_raises():
     with pytest.raises(ValueError, match="smallest size"):
-        dx.square_side(4000, count=51, budget=1024 ** 2)
+        dx.hardware.square_side(4000, count=51, budget=1024 ** 2)
 
 
 @pytest.mark.parametrize("kwargs", [dict(wanted=0), dict(count=0), dict(fraction=0),
@@ -267,11 +267,11 @@ def test_square_side_too_small_budget_raises():
 def test_square_side_bad_arguments(kwargs):
     args = dict(wanted=100, count=1, budget=1024 ** 3) | kwargs
     with pytest.raises(ValueError, match="square_side needs"):
-        dx.square_side(**args)
+        dx.hardware.square_side(**args)
 
 
 def test_square_side_uses_free_memory_of_the_cpu():
-    assert 64 <= dx.square_side(512, count=2, device="cpu") <= 512
+    assert 64 <= dx.hardware.square_side(512, count=2, device="cpu") <= 512
 
 
 def test_a_trace_with_launches_but_no_kernel_is_a_cupti_failure():

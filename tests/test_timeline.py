@@ -32,7 +32,7 @@ def test_plot_timeline_from_recorded_trace(recorded):
 
 
 def test_plot_timeline_gpu_lanes_cpu_on_top_then_each_device():
-    events = dx.trace_events(GPU_TRACE)
+    events = dx.profiling.trace_events(GPU_TRACE)
     ax = dx.plot_timeline(events)
     labels = [t.get_text() for t in ax.get_yticklabels()]
     # y ticks go bottom-up: the CPU thread at the top, then cuda:0's streams (the copy stream
@@ -48,7 +48,7 @@ def test_plot_timeline_gpu_lanes_cpu_on_top_then_each_device():
 
 
 def test_plot_timeline_labels_never_collide():
-    ev = dx.TimelineEvent
+    ev = dx.profiling.TimelineEvent
     # Ten back-to-back bars of a tenth each: "matmul" is too long for them at 12 pt.
     events = [ev("matmul", "backend", 0.1 * i, 0.1, "cpu op") for i in range(10)]
     events.append(ev("wait", "frontend", 0.0, 1.0, "wait"))
@@ -64,7 +64,7 @@ def test_plot_timeline_labels_never_collide():
 
 
 def test_plot_timeline_orders_many_devices_by_number():
-    ev = dx.TimelineEvent
+    ev = dx.profiling.TimelineEvent
     events = [ev("k", f"cuda:{i} stream 7", 0.1 * (10 - i), 0.05, "kernel") for i in range(11)]
     ax = dx.plot_timeline(events + [ev("op", "CPU thread 0", 1.0, 0.1, "cpu op")])
     labels = [t.get_text() for t in ax.get_yticklabels()][::-1]
