@@ -1,13 +1,16 @@
 """torchrun from Python: timeouts, clear errors, nothing left running, loopback only on one host."""
+import atexit
 import collections
 import contextlib
 import datetime
 import gc
 import ipaddress
 import json
+import logging
 import os
 import pathlib
 import re
+import runpy
 import signal
 import socket
 import subprocess
@@ -15,6 +18,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 import warnings
 from typing import Any, Callable, Iterator, Mapping, Sequence
 from unittest import mock
@@ -28,6 +32,9 @@ from .hardware import _cuda_gpus
 from .report import notice
 
 RESULT_ENV = "D2L_RESULT_FILE"
+# "1": torchrun forks its workers from its own process (Linux only); launch sets it without CUDA.
+# A fork must end by returning, raising or a non-zero exit: after os._exit(0) torchrun waits.
+FORK_ENV = "D2L_FORK_WORKERS"
 # What a stuck NCCL collective leaves in a worker's output before its watchdog ends the process.
 NCCL_TIMEOUT_LINE = re.compile(r"Watchdog caught collective operation timeout"
                                r"|NCCL.*(?i:timeout|timed out)")
@@ -146,7 +153,10 @@ def launch(module: str, nproc: int, args: Sequence[str] = (), timeout: float = 3
     with tempfile.TemporaryDirectory(prefix="d2l-launch-") as tmp:
         result_file = pathlib.Path(tmp, "result.json")
         # OMP_NUM_THREADS unless set: else each of the k processes starts a thread per core.
-        run_env = {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // nproc)), **os.environ,
+        # Forked workers start with torch imported, a second or more sooner each; CUDA wants
+        # fresh processes, so only where no GPU is in reach.
+        run_env = {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // nproc)),
+                   FORK_ENV: "0" if torch.cuda.is_available() else "1", **os.environ,
                    **(env or {}), RESULT_ENV: str(result_file), "PYTHONUNBUFFERED": "1"}
         run_env.update(peer_env(nproc, run_env))  # NCCL_P2P_DISABLE=1 where peer copies fail
         lines: list[str] = []
@@ -358,10 +368,17 @@ def finish_worker() -> None:
         del group, backend
 
 
+def _exit_quickly() -> None:
+    # At exit Python collects every object once more: with torch loaded, about 1 s a process
+    # (0.2 s frozen). A worker or torchrun has nothing left to free; the OS takes it all back.
+    atexit.register(gc.freeze)
+
+
 def run_worker(work: Callable[[], Any]) -> None:
     """Run a worker's `work()` (alone without torchrun); rank 0 hands its result back; leave."""
     if not callable(work):
         raise TypeError(f"run_worker() needs a function to run, got {type(work).__name__}")
+    _exit_quickly()
     alone = {} if "RANK" in os.environ else dict(
         RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
@@ -399,12 +416,37 @@ def _loopback_store(host: str, port: int) -> "dist.TCPStore":
     return store
 
 
+def _run_module(module: str, *args: str) -> None:
+    # A forked worker runs `python -m module args` in the process torchrun forked it into.
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # torchrun's handlers stay behind:
+    for sig in (signal.SIGTERM, signal.SIGHUP):               # a signal ends it, as a fresh one
+        signal.signal(sig, signal.SIG_DFL)
+    sys.argv = [module, *args]
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except Exception:
+        traceback.print_exc()  # where a fresh worker prints it; torchrun's report repeats it
+        raise
+
+
+def _forking(config_from_args: Callable) -> Callable:
+    # torchrun's config, with `-m module` run by forks of this process (its choice for functions).
+    def config(args: Any) -> tuple:
+        config, cmd, cmd_args = config_from_args(args)
+        if not args.module or args.no_python or getattr(args, "run_path", False):
+            return config, cmd, cmd_args
+        config.start_method = "fork"
+        return config, _run_module, [args.training_script, *args.training_script_args]
+    return config
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """torchrun (same arguments); on one machine its store listens on --master-addr only."""
     from torch.distributed import run as torchrun
 
     argv = list(sys.argv[1:] if argv is None else argv)
     args = torchrun.parse_args(argv)
+    _exit_quickly()
     # A port asked for? Where none is, torchrun 2.6 fills in 29500 and newer leaves None.
     asked = "PET_MASTER_PORT" in os.environ or any(
         a.split("=")[0] in ("--master-port", "--master_port") for a in argv)
@@ -422,7 +464,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         if not asked:  # newer torchrun would switch to a c10d store on 0.0.0.0, older use 29500
             port = free_port(args.master_addr) if store is None else store.port
             argv.insert(0, f"--master-port={port}")
-    torchrun.main(argv)
+    fork = os.environ.get(FORK_ENV) == "1" and sys.platform == "linux"
+    if fork:  # its log of a failed fork repeats the traceback that its report prints below,
+        # formatted by torch._logging, which imports torch._dynamo for that: a second or two
+        logging.getLogger("torch.distributed.elastic.multiprocessing.api").addFilter(
+            lambda record: not record.exc_info)
+    with mock.patch.object(torchrun, "config_from_args", _forking(torchrun.config_from_args)) \
+            if fork else contextlib.nullcontext():
+        torchrun.main(argv)
     del store  # served until torchrun is done
 
 

@@ -26,7 +26,7 @@ LIMIT = datetime.timedelta(seconds=7)
 def worker_dir(tmp_path, monkeypatch):
     """A folder on sys.path (for torchrun's -m) holding small worker modules."""
     (tmp_path / "ok_worker.py").write_text(textwrap.dedent("""
-        import os, time, torch, torch.distributed as dist
+        import multiprocessing, os, time, torch, torch.distributed as dist
         import d2l_extras as dx
         rank, world, device = dx.init_worker(timeout_s=30)
         t = torch.full((3,), float(rank + 1))
@@ -39,7 +39,8 @@ def worker_dir(tmp_path, monkeypatch):
         if rank == 0:
             env = {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "D2L_TEST_FLAG")}
             dx.distributed.save_result({"sum": t.tolist(), "world": world, "env": env,
-                                        "left": not dist.is_initialized()})
+                                        "left": not dist.is_initialized(),
+                                        "forked": multiprocessing.parent_process() is not None})
     """))
     # Each worker starts a child that ignores SIGTERM (as a slow daemon might), writes both
     # pids with their start times to D2L_PID_DIR, then sleeps, fails (rank 1) or exits.
@@ -238,6 +239,27 @@ def test_launch_returns_output_and_result_and_passes_env(worker_dir):
     assert run.result["left"] is True
 
 
+def test_launch_forks_the_workers_only_on_linux_without_cuda(worker_dir):
+    # A fork starts with torch imported (a second or more sooner); CUDA needs fresh processes.
+    forks = sys.platform == "linux" and not torch.cuda.is_available()
+    assert dx.launch("ok_worker", 2, timeout=120, echo=False).result["forked"] is forks
+    fresh = dx.launch("ok_worker", 2, timeout=120, echo=False,
+                      env={dx.distributed.FORK_ENV: "0"})  # the user's choice wins
+    assert fresh.result["forked"] is False and fresh.result["sum"] == [3.0, 3.0, 3.0]
+
+
+def test_forking_runs_a_module_in_forks_and_leaves_anything_else_to_torchrun():
+    from torch.distributed import run as torchrun
+    from d2l_extras.distributed import _forking, _run_module
+    config = _forking(torchrun.config_from_args)
+    launch, entry, args = config(torchrun.parse_args(
+        ["--nproc-per-node=2", "-m", "pkg.job", "--steps", "3"]))
+    assert (launch.start_method, entry, args) == ("fork", _run_module, ["pkg.job", "--steps", "3"])
+    launch, entry, args = config(torchrun.parse_args(["--nproc-per-node=2", "job.py", "-v"]))
+    assert (launch.start_method, entry) == ("spawn", sys.executable)
+    assert args[-2:] == ["job.py", "-v"]
+
+
 TORCHRUN_REPORT = """\
 [rank0]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:561] Connection closed
 ============================================================
@@ -289,15 +311,16 @@ def test_hanging_run_is_stopped_at_the_timeout(worker_dir, pid_dir):
     assert _running_children(before) == []
 
 
+@pytest.mark.parametrize("fork", ["1", "0"])  # forked workers, and fresh ones
 def test_failing_worker_fails_fast_with_its_message_and_leaves_no_process_behind(worker_dir,
-                                                                                 pid_dir):
+                                                                                 pid_dir, fork):
     # Rank 1 fails while rank 0 would sleep for 10 minutes: torchrun stops rank 0 with SIGTERM
     # to its process group; the children ignore it.
     start = time.perf_counter()
     with pytest.raises(dx.distributed.WorkerError, match="failed on rank 1 .*ValueError: rank 1 cannot go") \
             as failure:
-        dx.launch("pid_worker", 2, timeout=120, echo=False,
-                  env={"D2L_PID_DIR": str(pid_dir), "D2L_MODE": "fail"})
+        dx.launch("pid_worker", 2, timeout=120, echo=False, env={
+            "D2L_PID_DIR": str(pid_dir), "D2L_MODE": "fail", dx.distributed.FORK_ENV: fork})
     assert time.perf_counter() - start < 60
     # The same, as data: torchrun's exit code, each failed rank's own, every line printed.
     assert failure.value.returncode != 0 and failure.value.exit_codes.get(1) == 1
