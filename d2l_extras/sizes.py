@@ -63,7 +63,7 @@ SIZES: dict[str, Experiment] = {
     # 07: images per process and step; at 64 a step is launch-bound on an A100 or H100.
     "ddp_batch": Experiment((32, 32, 32), (128, 256, 256), bytes_per_item=64 * 55_000, minimum=16),
     # 07: training images, all held by every process; on a GPU several steps per epoch.
-    "ddp_images": Experiment((256, 256, 4096), (4096, 8192, 60000), bytes_per_item=28 * 28 * 4,
+    "ddp_images": Experiment((192, 192, 4096), (4096, 8192, 60000), bytes_per_item=28 * 28 * 4,
                              minimum=64),
     # 08: elements of the largest ring message (~5 copies); NVLink plateaus at hundreds of MB.
     "ring_message": Experiment((2 ** 20, 2 ** 22, 2 ** 25), (2 ** 22, 2 ** 26, 2 ** 28),

@@ -73,7 +73,7 @@ def test_every_run_of_notebook_07_is_sized_for_the_device_it_uses(monkeypatch, n
         for name, value in plan.env.items():
             env.setenv(name, value)
         assert {dx.worker_device(n).type for n in (1, plan.k)} == {plan.device}
-    cpu, gpu = {"ci": (8, 256), "class": (16, 256), "full": (32, 4096)}[prof], \
+    cpu, gpu = {"ci": (8, 192), "class": (16, 192), "full": (32, 4096)}[prof], \
         {"ci": (16, 4096), "class": (64, 8192), "full": (64, 60000)}[prof]
     sizes = lambda args: (ddp.parse_args(args).width, ddp.parse_args(args).n_train)  # noqa: E731
     assert sizes(plan.args) == (gpu if n_gpus >= 2 else cpu)
@@ -91,7 +91,7 @@ def test_every_run_of_notebook_07_is_sized_for_the_device_it_uses(monkeypatch, n
 def test_run_sizes_fit_the_memory_of_the_device(monkeypatch):
     monkeypatch.setenv("D2L_PROFILE", "class")
     assert ddp.run_sizes("cuda", budget=80 * GB) == ["--width", "64", "--n-train", "8192"]
-    assert ddp.run_sizes("cpu", budget=80 * GB) == ["--width", "16", "--n-train", "256"]
+    assert ddp.run_sizes("cpu", budget=80 * GB) == ["--width", "16", "--n-train", "192"]
     # A quarter of 2 GB holds 20 channels of 24 MB: a narrower network, not an error.
     assert ddp.run_sizes("cuda", budget=2 * GB)[:2] == ["--width", "20"]
 
