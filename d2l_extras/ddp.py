@@ -197,7 +197,7 @@ def _phase(name: str) -> str:
 
 
 def comm_overlap(events: Sequence[dict | TimelineEvent]) -> dict:
-    """From a step's timeline: when backward ended, and how much allreduce ran before that."""
+    """From a step's timeline: when backward ended, how much allreduce ran before and after."""
     events = [ev if isinstance(ev, dict) else asdict(ev) for ev in events]
     backward = [ev["start"] + ev["duration"] for ev in events if ev["kind"] == "backward"]
     reduces = [(ev["start"], ev["duration"]) for ev in events if ev["kind"] == "allreduce"]
@@ -207,7 +207,9 @@ def comm_overlap(events: Sequence[dict | TimelineEvent]) -> dict:
     end = max(backward)
     return {"backward_end": end, "first_allreduce": min(s for s, _ in reduces),
             "allreduces": len(reduces), "allreduce_seconds": sum(d for _, d in reduces),
-            "overlapped_seconds": sum(max(0.0, min(s + d, end) - s) for s, d in reduces)}
+            "overlapped_seconds": sum(max(0.0, min(s + d, end) - s) for s, d in reduces),
+            # per allreduce, never below 0: the sums' difference could round to -1e-17 s
+            "exposed_seconds": sum(max(0.0, s + d - max(s, end)) for s, d in reduces)}
 
 
 def step_timeline(step: Callable[[], object], device: torch.device) -> list[dict]:

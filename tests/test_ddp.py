@@ -142,6 +142,11 @@ def test_comm_overlap_reads_a_timeline():
     assert out["allreduces"] == 2
     assert out["overlapped_seconds"] == pytest.approx(0.7)  # 0.5 + 0.2 of the second
     assert out["allreduce_seconds"] == pytest.approx(0.9)
+    assert out["exposed_seconds"] == pytest.approx(0.2)  # the second's part after backward
+    # All hidden is exactly 0, where (0.1 + 0.2) - 0.1 overlapped would leave -3e-17 s.
+    hidden = ddp.comm_overlap(timeline[:2] + [ev("allreduce", 0.1, 0.2)])
+    assert hidden["exposed_seconds"] == 0.0
+    assert hidden["allreduce_seconds"] - hidden["overlapped_seconds"] < 0  # what it avoids
     with pytest.raises(ValueError, match="backward and allreduce"):
         ddp.comm_overlap(timeline[:2])
 
@@ -249,6 +254,7 @@ def test_a_gpu_step_reads_overlap_from_allreduce_kernels_only(monkeypatch, broad
     overlap = ddp.comm_overlap(gpu_timeline(monkeypatch, ddp_gpu_trace(750, broadcast, allreduce)))
     assert overlap["first_allreduce"] >= overlap["backward_end"]
     assert overlap["overlapped_seconds"] == 0.0
+    assert overlap["exposed_seconds"] == pytest.approx(overlap["allreduce_seconds"])
     # Broadcasts alone are no allreduce to read overlap from.
     with pytest.raises(ValueError, match="backward and allreduce"):
         ddp.comm_overlap(gpu_timeline(monkeypatch, ddp_gpu_trace(None, broadcast, allreduce)))
