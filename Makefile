@@ -146,6 +146,12 @@ COMPAT_ARGS ?=
 compat: $(call ready,test)
 	$(PY) -m tools.compat --python $(COMPAT_PYTHON) $(COMPAT_ARGS)
 
+# Write the notebooks' #@save code into d2l_extras (tools/save.py; only the standard library):
+# run it after editing a saved cell; tests/test_save.py fails while a generated module is stale.
+.PHONY: lib
+lib:
+	$(PYTHON) -m tools.save
+
 # Regenerate the figures in images/ from the scripts beside them.
 figures: $(call ready,run)
 	for f in images/[!_]*.py; do $(PY) $$f images || exit 1; done

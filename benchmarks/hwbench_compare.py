@@ -246,8 +246,8 @@ def main(argv=None) -> int:
         rows.append({"name": name, "ours": ours, "independent": theirs, "ratio": ratio,
                      "unit": unit, "independent_is": how})
         print(f"{name:44s} {ours:10.4g} {theirs:12.4g} {ratio:7.2f}  {unit}  ({how})", flush=True)
-    meta = {"host": platform.node(), "cpu": dx.cpu_name(), "torch": torch.__version__,
-            "profile": dx.profile(), "threads": 1, "load_per_core_before": load_before,
+    meta = {"host": platform.node(), "cpu": dx.hardware.cpu_name(), "torch": torch.__version__,
+            "profile": dx.profiles.profile(), "threads": 1, "load_per_core_before": load_before,
             "load_per_core_after": hb.machine_load(), "seconds": time.time() - started,
             "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
     out = Path(args.out)

@@ -1,11 +1,19 @@
 """Shared helpers for the Computational Performance notebooks (d2l, chapter 12).
 
-`import d2l_extras as dx`, then `dx.NAME`: each public name below is imported from its module
+Two kinds of module live here. The code a notebook teaches is written once, in the notebook cell
+marked `#@save`, and `make lib` (tools/save.py) generates it into modules that say so in their
+first lines (lessons.py, and one module per torchrun job). The rest is written by hand: measuring,
+sizing, devices, launching, plotting.
+
+`import d2l_extras as dx`, then `dx.NAME` (what the notebooks call) or `dx.MODULE.NAME` (what
+workers, tools and tests use besides): each public name below is imported from its module
 on first use. Importing lazily keeps `import d2l_extras` fast for every torchrun worker, and
 lets `python -m d2l_extras.ring` (or .kvstore, .ddp) run a module that the package has not
 already imported (Python warns about that case).
 """
 import importlib
+
+from . import _saved
 
 # One module per concept, and its public names.
 _EXPORTS = {
@@ -13,24 +21,22 @@ _EXPORTS = {
     "checks": [],
     # the set-up cell's second half: versions checked, what is missing installed
     "bootstrap": ["setup"],
-    "profiles": ["by_profile", "profile"],
+    "profiles": ["by_profile"],
     # problem sizes per experiment, device kind and free memory
     "sizes": ["problem_size"],
     # figures a notebook measured, collected by `make report`
     "report": ["record"],
-    "hardware": ["accelerators", "cpu_name", "cuda_arch_supported", "cuda_gpus",
-                 "default_device", "devices", "hardware_report"],
+    "hardware": ["cuda_gpus", "default_device", "devices", "hardware_report"],
     # measurements with their noise: one way to time, one comparison, predictions in a band
     "timing": ["Benchmark", "format_seconds", "measure", "measure_interleaved", "synchronize"],
     "bands": ["Band", "check_prediction", "compare"],
     "plotting": ["bar_chart", "plot_roofline", "plot_timeline", "use_slide_style"],
-    "compiler": ["compile_support", "gpu_compile_rule", "last_level_cache", "maybe_compile"],
-    "distributed": ["init_worker", "launch", "worker_device"],
+    "compiler": ["last_level_cache", "maybe_compile"],
+    "distributed": ["launch"],
     # asynchronous computation, automatic parallelism: profiler timelines
     "profiling": ["busy_time", "profile_trace", "record_timeline"],
     # hardware: measurements of this machine
-    "hwbench": ["dtype_supported", "host_device_bandwidth", "one_thread_if_busy", "p2p_access",
-                "roofline", "tensor_core_dtypes"],
+    "hwbench": ["dtype_supported", "one_thread_if_busy", "roofline"],
     # models of compute: t = max(overhead, bytes / bandwidth, flops / peak), the roofline
     "perfmodel": [],
     # memory and precision: where training's memory goes, counted and followed over a step
@@ -40,7 +46,7 @@ _EXPORTS = {
     # multiple GPUs: data, models, data parallelism (ddp.py runs under torchrun)
     "data": ["load_images"],
     "models": ["resnet18"],
-    "parallel": ["allow_tf32", "evaluate_accuracy", "strict_float32"],
+    "parallel": ["allow_tf32", "evaluate_accuracy"],
     # parameter servers: cost model, ring allreduce, sharded key-value store
     "communication": ["ring_time", "speedup"],
     "ring": ["bus_bandwidth"],
@@ -51,12 +57,13 @@ _EXPORTS = {
     "exercises": ["check"],
 }
 _OWNER = {name: module for module, names in _EXPORTS.items() for name in names}
+_OWNER.update(_saved.NAMES)  # the generated modules' names: tools/save.py keeps this index
 __all__ = sorted(_OWNER)
 
 
 def __getattr__(name: str):
     """Import a public name (or a module, as in dx.kvstore) the first time it is used."""
-    if name in _EXPORTS:
+    if name in _EXPORTS or name in set(_saved.NAMES.values()):
         return importlib.import_module(f".{name}", __name__)
     if name not in _OWNER:
         raise AttributeError(f"module 'd2l_extras' has no attribute {name!r}")
@@ -66,4 +73,4 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_OWNER) | set(_EXPORTS))
+    return sorted(set(globals()) | set(_OWNER) | set(_EXPORTS) | set(_saved.NAMES.values()))

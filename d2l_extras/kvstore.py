@@ -41,7 +41,7 @@ class KVStore:
     def __init__(self, lr: float | None = None, max_staleness: int = 0, timeout_s: float = 60.0,
                  device: torch.device | str | None = None, seed: int = 0):
         if not dist.is_initialized():
-            raise RuntimeError("KVStore needs dx.init_worker() first (in a worker of dx.launch)")
+            raise RuntimeError("KVStore needs dx.distributed.init_worker() first (in a worker of dx.launch)")
         self.lr = None if lr is None else positive_number(lr, "lr (None: plain aggregation)")
         # a pull may serve a version up to max_staleness updates old (at random)
         self.max_staleness = whole_number(max_staleness, "max_staleness", minimum=0)

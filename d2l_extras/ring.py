@@ -58,7 +58,7 @@ def ring_allreduce(tensors: Sequence[torch.Tensor]) -> tuple[list[torch.Tensor],
 def ring_allreduce_dist(tensor: torch.Tensor, timeout_s: float = 60.0) -> torch.Tensor:
     """Sum `tensor` over all processes in place with a ring of send/recv; returns it."""
     if not dist.is_initialized():
-        raise RuntimeError("ring_allreduce_dist needs torch.distributed: call dx.init_worker() "
+        raise RuntimeError("ring_allreduce_dist needs torch.distributed: call dx.distributed.init_worker() "
                            "in a process started by torchrun (dx.launch)")
     if not tensor.is_contiguous():
         raise ValueError("ring_allreduce_dist works in place: pass tensor.contiguous(), use that")

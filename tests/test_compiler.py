@@ -13,7 +13,7 @@ from d2l_extras import compiler, timing
 
 
 def test_compile_support_reports_a_reason():
-    works, reason = dx.compile_support()
+    works, reason = dx.compiler.compile_support()
     assert isinstance(works, bool) and reason
 
 
@@ -38,10 +38,10 @@ def test_maybe_compile_falls_back_with_a_notice(monkeypatch, capsys):
 
 
 def test_the_cpu_is_probed_once_whatever_it_is_called():
-    # dx.compile_support() and the notebooks' compile_support(device) share one cached probe.
+    # dx.compiler.compile_support() and the notebooks' compile_support(device) share one cached probe.
     assert {compiler._probe_device(d) for d in (None, "cpu", "cpu:0", torch.device("cpu"))} \
         == {torch.device("cpu")}
-    assert dx.compile_support() == dx.compile_support("cpu", torch.float32)
+    assert dx.compiler.compile_support() == dx.compiler.compile_support("cpu", torch.float32)
 
 
 # --- GPUs: the known rules first, then a tiny compile on the GPU itself
@@ -56,13 +56,13 @@ def test_the_cpu_is_probed_once_whatever_it_is_called():
     ((8, 6), "windows", None, False, "pip install triton-windows"),  # RTX 30xx laptop
     ((9, 0), "linux", torch.bfloat16, True, "Triton builds")])      # H100
 def test_gpu_compile_rule(capability, platform, dtype, works, words):
-    got, reason = dx.gpu_compile_rule(capability, platform, dtype)
+    got, reason = dx.compiler.gpu_compile_rule(capability, platform, dtype)
     assert got is works and words in reason
 
 
 def test_gpu_compile_rule_with_triton_installed_or_missing():
-    assert dx.gpu_compile_rule((8, 6), "windows", triton=True)[0]
-    assert dx.gpu_compile_rule((9, 0), "linux", triton=False) == \
+    assert dx.compiler.gpu_compile_rule((8, 6), "windows", triton=True)[0]
+    assert dx.compiler.gpu_compile_rule((9, 0), "linux", triton=False) == \
         (False, "Triton is not installed (pip install triton)")
 
 
@@ -71,7 +71,7 @@ def test_gpu_compile_rule_with_triton_installed_or_missing():
                                     dict(capability=(7, 5), platform="darwin")])
 def test_gpu_compile_rule_refuses_bad_input(kwargs):
     with pytest.raises(ValueError, match="capability is|platform is"):
-        dx.gpu_compile_rule(**kwargs)
+        dx.compiler.gpu_compile_rule(**kwargs)
 
 
 # Short names for conftest's GPUS.
@@ -99,24 +99,24 @@ def fake_gpu(fake_gpu, monkeypatch):
 
 def test_a_gpu_too_old_for_triton_is_not_compiled_for(fake_gpu):
     probes = fake_gpu("P100")
-    assert dx.compile_support("cuda") == (
+    assert dx.compiler.compile_support("cuda") == (
         False, "Tesla P100-PCIE-16GB: Triton needs compute capability 7.0+, this GPU has 6.0")
     assert probes == []  # known without compiling: the first compiled call would raise
 
 
 def test_bfloat16_on_a_t4_falls_back_and_float32_is_probed_on_the_gpu(fake_gpu):
     probes = fake_gpu("T4")
-    works, reason = dx.compile_support("cuda", torch.bfloat16)
+    works, reason = dx.compiler.compile_support("cuda", torch.bfloat16)
     assert not works and reason.startswith("Tesla T4: Triton's bfloat16 needs")
-    assert dx.compile_support("cuda") == (True, "torch.compile works on cuda:0")
+    assert dx.compiler.compile_support("cuda") == (True, "torch.compile works on cuda:0")
     assert probes == [("cuda:0", torch.float32)]
 
 
 def test_an_h100_compiles_a_tiny_function_on_the_gpu_once_per_dtype(fake_gpu):
     probes = fake_gpu("H100")
     for _ in range(2):
-        assert dx.compile_support("cuda:0", torch.bfloat16)[0]
-        assert dx.compile_support(torch.device("cuda"))[0]
+        assert dx.compiler.compile_support("cuda:0", torch.bfloat16)[0]
+        assert dx.compiler.compile_support(torch.device("cuda"))[0]
     assert probes == [("cuda:0", torch.bfloat16), ("cuda:0", torch.float32)]
 
 
@@ -124,7 +124,7 @@ def test_windows_without_triton(fake_gpu, monkeypatch):
     probes = fake_gpu("laptop")
     monkeypatch.setattr(compiler, "_PLATFORM", "windows")
     monkeypatch.setattr(compiler, "_TRITON", False)
-    works, reason = dx.compile_support("cuda")
+    works, reason = dx.compiler.compile_support("cuda")
     assert not works and "pip install triton-windows" in reason and probes == []
 
 
@@ -154,13 +154,13 @@ def test_maybe_compile_on_a_gpu_that_works_compiles(fake_gpu):
                                            (dict(device=3.5), "pass a device")])
 def test_compile_support_refuses_bad_input(kwargs, words):
     with pytest.raises(ValueError, match=words):
-        dx.compile_support(**kwargs)
+        dx.compiler.compile_support(**kwargs)
 
 
 def test_compile_support_refuses_a_gpu_that_is_not_there(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(ValueError, match="no CUDA GPU is visible"):
-        dx.compile_support("cuda")
+        dx.compiler.compile_support("cuda")
 
 
 def _calls(text, name):

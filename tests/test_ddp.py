@@ -72,7 +72,7 @@ def test_every_run_of_notebook_07_is_sized_for_the_device_it_uses(monkeypatch, n
     with monkeypatch.context() as env:  # both runs start with plan.env
         for name, value in plan.env.items():
             env.setenv(name, value)
-        assert {dx.worker_device(n).type for n in (1, plan.k)} == {plan.device}
+        assert {dx.distributed.worker_device(n).type for n in (1, plan.k)} == {plan.device}
     cpu, gpu = {"ci": (8, 192), "class": (16, 192), "full": (32, 4096)}[prof], \
         {"ci": (16, 4096), "class": (64, 8192), "full": (64, 60000)}[prof]
     sizes = lambda args: (ddp.parse_args(args).width, ddp.parse_args(args).n_train)  # noqa: E731
@@ -82,7 +82,7 @@ def test_every_run_of_notebook_07_is_sized_for_the_device_it_uses(monkeypatch, n
     if n_gpus >= 2:
         assert plan.per_process == per_gpu
     if n_gpus == 1:  # the lone GPU's run: on the GPU, at its sizes
-        assert dx.worker_device(1).type == "cuda" and sizes(plan.gpu_args) == gpu
+        assert dx.distributed.worker_device(1).type == "cuda" and sizes(plan.gpu_args) == gpu
         assert ddp.parse_args(plan.gpu_args).batch_size == per_gpu
     else:
         assert plan.gpu_args == []
@@ -445,7 +445,7 @@ def test_time_comm_takes_each_pass_with_the_given_loss(monkeypatch, capsys):
         return (model(X).squeeze(1) - y).pow(2).mean()
 
     def work():
-        dx.init_worker(30)
+        dx.distributed.init_worker(30)
         model = DistributedDataParallel(nn.Linear(3, 1))
         return ddp.time_comm(model, torch.randn(6, 3), torch.randn(6), 2, [6, 4], loss=squared)
     dx.distributed.run_worker(work)

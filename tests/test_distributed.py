@@ -28,7 +28,7 @@ def worker_dir(tmp_path, monkeypatch):
     (tmp_path / "ok_worker.py").write_text(textwrap.dedent("""
         import multiprocessing, os, time, torch, torch.distributed as dist
         import d2l_extras as dx
-        rank, world, device = dx.init_worker(timeout_s=30)
+        rank, world, device = dx.distributed.init_worker(timeout_s=30)
         t = torch.full((3,), float(rank + 1))
         dist.all_reduce(t)
         print(f"rank {rank} of {world}: {t.tolist()}", flush=True)
@@ -184,17 +184,17 @@ def test_worker_device_is_a_gpu_only_when_every_worker_has_one(gpus, monkeypatch
     for local_world in (1, 2, 4):
         want = "cuda" if n_gpus >= local_world else "cpu"
         for rank in range(local_world):
-            device = dx.worker_device(local_world, rank)
-            assert device.type == want and device == dx.worker_device(local_world, rank, n_gpus)
+            device = dx.distributed.worker_device(local_world, rank)
+            assert device.type == want and device == dx.distributed.worker_device(local_world, rank, n_gpus)
             assert device.index == (rank if want == "cuda" else None)
     monkeypatch.setenv("D2L_BACKEND", "gloo")  # asked for the CPU
-    assert dx.worker_device(1).type == "cpu"
+    assert dx.distributed.worker_device(1).type == "cpu"
 
 
 def test_worker_device_without_nccl_is_the_cpu(gpus):
     # On Windows torch has no NCCL: two GPUs there still run their workers on gloo, on the CPU.
     gpus(2, nccl=False)
-    assert [dx.worker_device(2, r).type for r in range(2)] == ["cpu", "cpu"]
+    assert [dx.distributed.worker_device(2, r).type for r in range(2)] == ["cpu", "cpu"]
 
 
 def test_worker_device_rejects_bad_input(gpus):
@@ -202,7 +202,7 @@ def test_worker_device_rejects_bad_input(gpus):
     for args, what in (((0,), "local_world"), ((2, 2), "local_rank"), ((2, -1), "local_rank"),
                        ((2, 0, -1), "n_gpus"), ((1.5,), "local_world")):
         with pytest.raises(ValueError, match=what):
-            dx.worker_device(*args)
+            dx.distributed.worker_device(*args)
 
 
 def test_torchrun_command():
@@ -520,7 +520,7 @@ def test_single_machine_run_listens_on_loopback_only(worker_dir):
         import os, pathlib, time
         import torch.distributed as dist
         import d2l_extras as dx
-        rank, world, device = dx.init_worker(timeout_s=120)
+        rank, world, device = dx.distributed.init_worker(timeout_s=120)
         dist.barrier()
         folder = pathlib.Path(os.environ["D2L_NET_DIR"])
         (folder / f"ready{rank}").write_text("")
@@ -624,21 +624,21 @@ def built_for(monkeypatch):
 def test_worker_device_counts_only_gpus_this_torch_has_kernels_for(gpus, built_for):
     gpus(2)
     built_for((6, 0), (6, 0))  # two P100s (Kaggle) under a cu130 wheel: no sm_60 kernels
-    assert [dx.worker_device(2, r) for r in range(2)] == [torch.device("cpu")] * 2
-    assert dx.worker_device(1) == torch.device("cpu")
-    assert dx.worker_device(2, 1, n_gpus=2) == torch.device("cuda", 1)  # told: taken as said
+    assert [dx.distributed.worker_device(2, r) for r in range(2)] == [torch.device("cpu")] * 2
+    assert dx.distributed.worker_device(1) == torch.device("cpu")
+    assert dx.distributed.worker_device(2, 1, n_gpus=2) == torch.device("cuda", 1)  # told: taken as said
     built_for((8, 0), (8, 0))  # two A100s
-    assert [dx.worker_device(2, r) for r in range(2)] == [torch.device("cuda", r) for r in (0, 1)]
+    assert [dx.distributed.worker_device(2, r) for r in range(2)] == [torch.device("cuda", r) for r in (0, 1)]
 
 
 def test_worker_device_skips_a_gpu_without_kernels(gpus, built_for):
     gpus(3)
     built_for((7, 0), (9, 0), (8, 6))  # a V100 beside an H100 and an A10G
-    assert [dx.worker_device(2, r) for r in range(2)] == [torch.device("cuda", 1),
+    assert [dx.distributed.worker_device(2, r) for r in range(2)] == [torch.device("cuda", 1),
                                                           torch.device("cuda", 2)]
-    assert dx.worker_device(3, 0) == torch.device("cpu")  # two usable GPUs for three workers
+    assert dx.distributed.worker_device(3, 0) == torch.device("cpu")  # two usable GPUs for three workers
     built_for((7, 0), (9, 0), (8, 6), archs=())  # a build that names no arch: keep them all
-    assert dx.worker_device(3, 0) == torch.device("cuda", 0)
+    assert dx.distributed.worker_device(3, 0) == torch.device("cuda", 0)
 
 
 # NCCL where peer access is reported but broken (Kaggle's 2 x T4): a hang, then a message that
@@ -779,9 +779,9 @@ def test_init_worker_lets_a_stuck_nccl_collective_end_its_process(monkeypatch):
     monkeypatch.setattr(torch.distributed, "init_process_group", lambda backend, **kw:
                         joined.update(backend=backend, **kw, handling=os.environ.get(
                             "TORCH_NCCL_ASYNC_ERROR_HANDLING")))
-    assert dx.init_worker(timeout_s=7)[2] == torch.device("cuda", 0)
+    assert dx.distributed.init_worker(timeout_s=7)[2] == torch.device("cuda", 0)
     assert joined["backend"] == "nccl" and joined["timeout"] == LIMIT
     assert joined["handling"] == "3"  # the watchdog ends the process after the timeout
     monkeypatch.setenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")  # a choice already made stays
-    dx.init_worker(timeout_s=7)
+    dx.distributed.init_worker(timeout_s=7)
     assert joined["handling"] == "1"

@@ -40,7 +40,7 @@ def test_report_lists_each_gpu(monkeypatch, capsys):
 
 
 def test_cpu_name():
-    assert dx.cpu_name()
+    assert dx.hardware.cpu_name()
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 8, np.int64(2)])
@@ -71,7 +71,7 @@ def test_devices_rejects_bad_counts(bad):
 
 def test_default_device_and_free_memory():
     dev = dx.default_device()
-    assert dev in dx.accelerators() or dev == torch.device("cpu")
+    assert dev in dx.hardware.accelerators() or dev == torch.device("cpu")
     assert dx.hardware.free_memory("cpu") > 0
 
 
@@ -312,20 +312,20 @@ A100, H100 = ("NVIDIA A100-SXM4-40GB", (8, 0)), ("NVIDIA H100 80GB HBM3", (9, 0)
     ([8, 6], ("sm_86",), True),
 ])
 def test_cuda_arch_supported(capability, arch_list, runs):
-    assert dx.cuda_arch_supported(capability, arch_list) is runs
+    assert dx.hardware.cuda_arch_supported(capability, arch_list) is runs
 
 
 @pytest.mark.parametrize("bad", [(8,), (8, 0, 0), "86", 8.6, (8.0, 6), (True, 0), (-1, 0), None])
 def test_cuda_arch_supported_wants_a_pair_of_whole_numbers(bad):
     with pytest.raises(ValueError, match=r"capability must be a pair of whole numbers such as "
                                          r"\(8, 6\)"):
-        dx.cuda_arch_supported(bad, PINNED)
+        dx.hardware.cuda_arch_supported(bad, PINNED)
 
 
 @pytest.mark.parametrize("bad", ["sm_80", None, [80], b"sm_80"])
 def test_cuda_arch_supported_wants_a_list_of_names(bad):
     with pytest.raises(ValueError, match=r"arch_list must be a list of names such as \['sm_80'"):
-        dx.cuda_arch_supported((8, 0), bad)
+        dx.hardware.cuda_arch_supported((8, 0), bad)
 
 
 @pytest.fixture
@@ -346,20 +346,20 @@ def cuda(monkeypatch):
 
 def test_a_gpu_without_kernels_is_left_out_and_said_once(cuda, capsys):
     cuda(P100)
-    assert dx.accelerators() == []
+    assert dx.hardware.accelerators() == []
     out = capsys.readouterr().out
     assert out == ("notice: Tesla P100-PCIE-16GB (compute capability 6.0) has no kernels in this "
                    "torch build (sm_75 sm_80 sm_86 sm_90 sm_100 sm_120): running on the CPU "
                    "instead; a torch wheel built for it (e.g. an older CUDA build) would use it.\n")
     # Every later look-up falls back to the CPU, silently.
-    assert dx.accelerators() == [] and dx.default_device() == torch.device("cpu")
+    assert dx.hardware.accelerators() == [] and dx.default_device() == torch.device("cpu")
     assert dx.devices(1) == [torch.device("cpu")]
     assert capsys.readouterr().out == ""
 
 
 def test_gpus_with_kernels_are_kept(cuda, capsys):
     cuda(A100, H100)
-    assert dx.accelerators() == [torch.device("cuda", 0), torch.device("cuda", 1)]
+    assert dx.hardware.accelerators() == [torch.device("cuda", 0), torch.device("cuda", 1)]
     assert dx.default_device() == torch.device("cuda", 0)
     assert capsys.readouterr().out == ""
 
@@ -373,13 +373,13 @@ def test_gpus_with_kernels_are_kept(cuda, capsys):
 ])
 def test_what_is_kept_follows_the_arch_list(cuda, capsys, gpu, archs, kept):
     cuda(gpu, archs=archs)
-    assert dx.accelerators() == ([torch.device("cuda", 0)] if kept else [])
+    assert dx.hardware.accelerators() == ([torch.device("cuda", 0)] if kept else [])
     assert ("has no kernels" in capsys.readouterr().out) is not kept
 
 
 def test_only_the_gpus_without_kernels_are_left_out(cuda, capsys):
     cuda(P100, P100, A100)
-    assert dx.accelerators() == [torch.device("cuda", 2)]
+    assert dx.hardware.accelerators() == [torch.device("cuda", 2)]
     out = capsys.readouterr().out
     assert out.count("\n") == 1
     assert out.startswith("notice: 2 x Tesla P100-PCIE-16GB (compute capability 6.0) have no "

@@ -4,8 +4,9 @@ A teaching cell is a code cell a slide shows: not the set-up, not a worked solut
 exercise check. Teaching cells hold at most 15 lines each, most of them 8 or fewer; the
 notebooks hold at most 1,800 such lines in all. Cells tagged `no-slide` are set-up (imports,
 notices): they define nothing, so no lesson code hides from the slides there. The notebooks call
-at most 40 `dx` names, the ones in VOCABULARY, and define no function or class that a `dx` name
-already means (06's `compare` beside `dx.compare`).
+at most 40 hand-written `dx` names, the ones in VOCABULARY, besides what the notebooks save
+(`#@save`, tools/save.py), and define no function or class that a `dx` name already means (06's
+`compare` beside `dx.compare`) unless the cell is that name's source.
 """
 import ast
 import json
@@ -20,8 +21,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 from tools.nbmeta import hidden, is_check, is_solution  # noqa: E402
+from tools.save import public_names, saved_blocks  # noqa: E402
 
 import d2l_extras as dx  # noqa: E402
+from d2l_extras import _saved  # noqa: E402
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 CELL_LINES, MEDIAN_LINES, TOTAL_LINES = 15, 8, 1_800
@@ -89,16 +92,20 @@ def test_set_up_cells_define_no_lesson(path):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_calls_only_the_vocabulary(path):
-    used = {n for _, _, s in code_cells(path) for n in DX_NAME.findall(s)}
+    used = {n for _, _, s in code_cells(path) for n in DX_NAME.findall(s)} - set(_saved.NAMES)
     assert used <= VOCABULARY, f"{path.name}: dx names outside the vocabulary: {sorted(used - VOCABULARY)}"
     mine = {n for _, c, s in code_cells(path) for n in defined(s)}
-    clash = sorted(mine & set(dx.__all__))
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    saved_here = {n for _, code in saved_blocks(cells) for n in public_names(code)}
+    clash = sorted(mine & set(dx.__all__) - saved_here)
     assert not clash, f"{path.name}: defines {clash}, which dx already names: rename them"
 
 
 def test_the_vocabulary_is_small_and_exists():
     assert len(VOCABULARY) <= 40
     assert VOCABULARY <= set(dx.__all__), sorted(VOCABULARY - set(dx.__all__))
+    by_hand = set(dx.__all__) - set(_saved.NAMES)
+    assert len(by_hand) <= 40, f"{len(by_hand)} hand-written dx names: {sorted(by_hand - VOCABULARY)}"
     assert sum(BUDGET.values()) <= TOTAL_LINES
     assert set(BUDGET) == {short_name(p) for p in NOTEBOOKS}
 

@@ -104,7 +104,7 @@ def test_strict_float32_restores_the_settings(monkeypatch, version):
     matmul, cudnn = fake_backends(monkeypatch, version)
     before = tf32_state(matmul, cudnn)
     with pytest.raises(RuntimeError, match="inside"):
-        with dx.strict_float32():
+        with dx.parallel.strict_float32():
             assert tf32_state(matmul, cudnn) in {(False, False), ("ieee",) * 4}
             assert cudnn.deterministic and not cudnn.benchmark
             raise RuntimeError("inside")
@@ -123,7 +123,7 @@ def test_allow_tf32_on_this_torch_warns_nothing_and_restores():
         warnings.simplefilter("error")  # a deprecation warning fails the test
         with dx.allow_tf32(True):
             assert state() == wanted(True)
-        with dx.strict_float32():
+        with dx.parallel.strict_float32():
             assert state() == wanted(False)
     assert state() == before
     # nothing left half set: the legacy flags still read (torch raises on a mix of both APIs)

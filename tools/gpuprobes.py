@@ -78,8 +78,8 @@ def sine() -> tuple[str, dict]:
 def copies() -> tuple[str, dict]:
     """Host-to-device GB/s, 256 MiB from pageable and from pinned memory."""
     dev = torch.device("cuda")
-    pageable = dx.host_device_bandwidth(dev, 256 * MiB, pinned=False)["h2d"].giga
-    pinned = dx.host_device_bandwidth(dev, 256 * MiB, pinned=True)["h2d"].giga
+    pageable = dx.hwbench.host_device_bandwidth(dev, 256 * MiB, pinned=False)["h2d"].giga
+    pinned = dx.hwbench.host_device_bandwidth(dev, 256 * MiB, pinned=True)["h2d"].giga
     return (f"H2D 256 MiB pageable {pageable:.1f} GB/s, pinned {pinned:.1f} GB/s",
             {"pageable_GBps": pageable, "pinned_GBps": pinned})
 
@@ -110,7 +110,7 @@ def resnet_agreement() -> tuple[str, dict]:
         ref = net(x).double()
         cuda = net.to("cuda")
         default = (cuda(x.cuda()).double().cpu() - ref).abs().max().item()
-        with dx.strict_float32():
+        with dx.parallel.strict_float32():
             strict = (cuda(x.cuda()).double().cpu() - ref).abs().max().item()
     return (f"ResNet-18 CPU vs CUDA max |diff| {default:.1e} as set, {strict:.1e} strict float32",
             {"max_diff": default, "max_diff_strict": strict, "scale": ref.abs().max().item()})
@@ -137,7 +137,7 @@ def peers() -> tuple[str, dict]:
     k = torch.cuda.device_count()
     if k < 2:
         return "one GPU: no peers", {"gpus": k}
-    reported = dx.p2p_access([torch.device("cuda", i) for i in range(k)])
+    reported = dx.hwbench.p2p_access([torch.device("cuda", i) for i in range(k)])
     x = torch.arange(4 * MiB, device="cuda:0", dtype=torch.float32)
     ok = bool(torch.equal(x.to("cuda:1").cpu(), x.cpu()))
     return (f"{k} GPUs, peer access 0->1 reported {reported[0][1]}, a copy 0->1 correct: {ok}",

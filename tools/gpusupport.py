@@ -2,10 +2,10 @@
 
 `python tools/nbmeta.py notebooks/*.ipynb` rewrites it between the markers below, and
 tests/test_gpusupport.py fails when it is out of date. The rules: Tensor-Core dtypes from
-dx.tensor_core_dtypes (what notebook 04 sweeps), torch.compile from dx.gpu_compile_rule (what
-dx.compile_support checks before compiling), NCCL from dx.worker_device (what dx.init_worker
-runs), whether the pinned wheel has kernels for a GPU from dx.cuda_arch_supported (what
-dx.accelerators checks before it uses a GPU).
+dx.hwbench.tensor_core_dtypes (what notebook 04 sweeps), torch.compile from dx.compiler.gpu_compile_rule (what
+dx.compiler.compile_support checks before compiling), NCCL from dx.distributed.worker_device (what dx.distributed.init_worker
+runs), whether the pinned wheel has kernels for a GPU from dx.hardware.cuda_arch_supported (what
+dx.hardware.accelerators checks before it uses a GPU).
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ GPUS = [
 # torch when that is this wheel; update them together with the pin.
 PINNED_TORCH = "2.14.1+cu130"
 PINNED_ARCHS = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]
-# What dx.worker_device finds in torch's builds: torch.distributed.is_nccl_available() is True
+# What dx.distributed.worker_device finds in torch's builds: torch.distributed.is_nccl_available() is True
 # in the Linux CUDA wheels only, so elsewhere several processes use gloo, on the CPU.
 PLATFORMS = [("Linux", "linux", "NCCL, one GPU per process; gloo on the CPU"),
              ("Windows", "windows", "gloo on the CPU (torch's Windows builds have no NCCL)")]
