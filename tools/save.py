@@ -9,7 +9,7 @@ A notebook cell is the one source of the function it teaches. Mark it as the boo
 `#@save ring` saves into `d2l_extras/ring.py`; a bare `#@save` saves into `d2l_extras/lessons.py`.
 Blocks keep the notebooks' order. A module gets the notebook imports its code uses, and a module
 that defines `main` runs it under `python -m` (what `dx.launch` starts). `d2l_extras/_saved.py`
-maps each public name to its module, so `import d2l_extras as dx; dx.split_batch` works.
+maps each public name to its module, so that every saved name is an attribute of `d2l_extras`.
 """
 from __future__ import annotations
 
