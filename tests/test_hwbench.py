@@ -438,19 +438,7 @@ def test_plot_roofline_draws_roof_and_kernels():
     xs, ys = roof.get_data()
     assert max(ys) == pytest.approx(100.0) and ys[0] == pytest.approx(10.0 * xs[0])
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["add", "mm"]
-    plt.close(ax.figure)
-    with pytest.raises(ValueError, match="bandwidth and peak > 0"):
-        dx.plot_roofline(0, 100.0)
-
-
-def test_plot_roofline_labels_the_memory_roof_with_what_was_measured():
-    import matplotlib.pyplot as plt
-    texts = lambda ax: [t.get_text() for t in ax.texts]  # noqa: E731
-    ax = dx.plot_roofline(10.0, 100.0)
-    assert "memory 10 GB/s" in texts(ax)
-    plt.close(ax.figure)
-    ax = dx.plot_roofline(10.0, 100.0, memory_label="copy, 512 MiB (DRAM): 10 GB/s")
-    assert "copy, 512 MiB (DRAM): 10 GB/s" in texts(ax) and "memory 10 GB/s" not in texts(ax)
+    assert "memory 10 GB/s" in [t.get_text() for t in ax.texts]
     plt.close(ax.figure)
 
 

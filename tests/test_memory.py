@@ -264,14 +264,3 @@ def test_the_toy_allocator_refuses_bad_requests(bad):
         toy.free(7)
 
 
-def test_plot_memory_timeline_draws_from_zero_with_readable_phases():
-    tl = dx.memory.MemoryTimeline([0.0, 1e-3, 2e-3], [0, 3 * MiB, MiB], [0, 4 * MiB, 4 * MiB],
-                           [("forward", 0.0, 1e-3), ("backward", 1e-3, 2e-3)])
-    ax = dx.plotting.plot_memory_timeline(tl, title="step")
-    assert ax.get_ylim()[0] == 0 and ax.get_ylim()[1] >= 4
-    legend = ax.get_legend().get_texts()
-    assert [t.get_text() for t in legend] == ["allocated", "reserved", "forward", "backward"]
-    assert all(t.get_fontsize() >= dx.plotting.MIN_POINTS for t in legend)
-    plt.close("all")
-    with pytest.raises(ValueError, match="at least one allocation"):
-        dx.plotting.plot_memory_timeline(dx.memory.MemoryTimeline([0.0], [0], None))

@@ -80,8 +80,6 @@ def test_plot_timeline_color_by_name_and_chosen_lanes(recorded):
     plt.close(fig)
 
 
-def test_plot_timeline_bad_input(recorded):
+def test_plot_timeline_needs_an_event():
     with pytest.raises(ValueError, match="at least one event"):
         dx.plot_timeline([])
-    with pytest.raises(ValueError, match="color_by"):
-        dx.plot_timeline(recorded, color_by="colour")
