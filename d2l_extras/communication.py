@@ -10,8 +10,8 @@ def ring_time(size: float, n: int, busbw: float, approximate: bool = False) -> f
     # Parallel rings, each given data in proportion to its bandwidth, act as one: pass the sum.
     n = whole_number(n, "n (number of nodes)")
     share = 2.0 if approximate else 2.0 * (n - 1) / n
-    size = positive_number(size, "size (bytes)")
-    return share * size / positive_number(busbw, "busbw (bus bandwidth, bytes/s)")
+    seconds = positive_number(size, "size (bytes)") / positive_number(busbw, "busbw (bandwidth)")
+    return share * seconds
 
 
 def speedup(k: int, compute_1: float, grad_bytes: float, busbw: float,
