@@ -88,8 +88,8 @@ unit: $(call ready,test)
 notebooks: $(call ready,test)
 	D2L_PROFILE=$(TEST_PROFILE) $(PY) -m pytest notebooks $(NBVAL)
 
-# Each hwbench measurement against an independent one (NumPy, timeit, raw sockets, published
-# GPU peaks): printed and written to build/bench/hwbench.{json,md}; never fails on a ratio.
+# Notebook 04's measurements (#@save) against independent ones (NumPy, timeit, published GPU
+# peaks): printed and written to build/bench/hwbench.{json,md}; never fails on a ratio.
 .PHONY: bench
 bench: $(call ready,test)
 	D2L_PROFILE=$(TEST_PROFILE) $(PY) benchmarks/hwbench_compare.py --out build/bench

@@ -1,5 +1,6 @@
-"""Notebook 04 writes copy_rate, gather_times, axpy_times, matmul_gflops, transfer_rate and
-tiny_op_time itself (the notebook is their one source). Here they run on a fake clock, dx.timing.TickClock(),
+"""Notebook 04 writes copy_rate, gather_times, read_times, axpy_times, matmul_gflops, tiny_op_time
+and transfer_rate in #@save cells (the notebook is their one source; `make lib` generates them
+into d2l_extras, so they are dx.copy_rate and so on). Here they run on a fake clock, dx.timing.TickClock(),
 which advances one second at every read: every timed stretch then "lasts" exactly one second, so
 a rate is exactly what was counted, whatever the load on the machine, and is checked against a
 count made here (issue 16: such checks leave the lesson).
@@ -20,13 +21,6 @@ from d2l_extras import parallel
 from nbcells import cell_source, notebook_namespace, notebook_path
 
 MiB = 2 ** 20
-NAMES = ["copy_rate", "gather_times", "axpy_times", "matmul_gflops", "transfer_rate",
-         "tiny_op_time"]
-
-
-@pytest.fixture(scope="module")
-def nb():
-    return notebook_namespace("04", NAMES)
 
 
 def tick():
@@ -34,40 +28,67 @@ def tick():
 
 
 @pytest.mark.parametrize("n_bytes", [MiB, 4098])
-def test_copy_rate_counts_bytes_read_and_written(nb, n_bytes):
+def test_copy_rate_counts_bytes_read_and_written(n_bytes):
     # whole float32 elements: of 4098 bytes asked for, 4096 are copied
     copied = n_bytes // 4 * 4
-    assert nb["copy_rate"](n_bytes, clock=tick()).value == pytest.approx(2 * copied / 1e9), \
+    assert dx.copy_rate(n_bytes, clock=tick()).value == pytest.approx(2 * copied / 1e9), \
         "copy_rate counts other bytes than those read plus those written"
 
 
 @pytest.mark.parametrize("n", [4096, 1000])
-def test_gather_times_are_per_element(nb, n):
-    random_s, contiguous_s = nb["gather_times"](n, MiB, clock=tick())
+def test_gather_times_are_per_element(n):
+    random_s, contiguous_s = dx.gather_times(n, MiB, clock=tick())
     assert [random_s.value, contiguous_s.value] == pytest.approx([1 / n, 1 / n]), \
         "gather_times divides by other than the elements gathered"
 
 
 @pytest.mark.parametrize("n", [1000, 37])
-def test_axpy_times_are_per_element(nb, n):
-    loop_s, vector_s = nb["axpy_times"](n, clock=tick())
+def test_axpy_times_are_per_element(n):
+    loop_s, vector_s = dx.axpy_times(n, clock=tick())
     assert [loop_s.value, vector_s.value] == pytest.approx([1 / n, 1 / n])
 
 
 @pytest.mark.parametrize("n", [16, 64])
-def test_matmul_gflops_counts_2_n_cubed_flops(nb, n):
-    assert nb["matmul_gflops"](n, clock=tick()).value == pytest.approx(2 * n ** 3 / 1e9)
+def test_matmul_gflops_counts_2_n_cubed_flops(n):
+    assert dx.matmul_gflops(n, clock=tick()).value == pytest.approx(2 * n ** 3 / 1e9)
 
 
-def test_transfer_rate_counts_the_bytes_moved_once(nb):
+def test_transfer_rate_counts_the_bytes_moved_once():
     # one direction: a transfer moves its bytes once (a copy within one memory counts twice)
-    assert nb["transfer_rate"](4096, "cpu", "cpu", clock=tick()).value == pytest.approx(4096 / 1e9)
+    assert dx.transfer_rate(4096, "cpu", "cpu", clock=tick()).value == pytest.approx(4096 / 1e9)
 
 
 @pytest.mark.parametrize("wait_each", [False, True])
-def test_tiny_op_time_is_per_operation(nb, wait_each):
-    assert nb["tiny_op_time"]("cpu", n=40, wait_each=wait_each, clock=tick()).value == \
+def test_tiny_op_time_is_per_operation(wait_each):
+    assert dx.tiny_op_time("cpu", n=40, wait_each=wait_each, clock=tick()).value == \
         pytest.approx(1 / 40)
+
+
+def test_tiny_op_time_waits_for_each_operation_only_when_asked(monkeypatch):
+    waits = []
+    monkeypatch.setattr(dx, "synchronize", lambda devices: waits.append(devices))
+    dx.tiny_op_time("cpu", n=7, clock=tick())
+    assert waits == [], "queued operations: nobody waits in between"
+    dx.tiny_op_time("cpu", n=7, wait_each=True, clock=tick())
+    assert waits and len(waits) % 7 == 0, "waited for: once after each of the 7"
+
+
+def test_read_times_reads_random_blocks_then_the_whole_file(monkeypatch, tmp_path):
+    sizes, made = [], []
+
+    class Recorded(io.FileIO):   # the notebook's temporary file, its reads counted
+        def read(self, size=-1):
+            sizes.append(size)
+            return super().read(size)
+
+    def temporary_file(**kwargs):
+        made.append(Recorded(tmp_path / "f", "w+"))
+        return made[-1]
+
+    monkeypatch.setattr(dx.lessons.tempfile, "TemporaryFile", temporary_file)
+    block_s, whole_s = dx.read_times(64 * 1024, block=4096, reads=20)
+    assert sizes[-1] == 64 * 1024 and set(sizes[:-1]) == {4096} and len(sizes) > 20, sizes
+    assert made[0].closed and 0 < block_s.value < 10 and 0 < whole_s < 10
 
 
 def test_twin_checks_left_the_lesson():
