@@ -20,6 +20,7 @@ from d2l_extras import hwbench as hb
 from d2l_extras import timing
 # The independent timer the benchmark uses too: plain perf_counter, fastest of a few calls.
 from benchmarks.hwbench_compare import best_time
+from clocks import TickClock
 from conftest import GPUS
 from nbcells import notebook_namespace
 
@@ -53,11 +54,11 @@ def same_order(a, b):
 # --- the clock and the timing loop
 
 def test_tick_clock_advances_one_step_per_read():
-    clock = timing.TickClock(0.5)
+    clock = TickClock(0.5)
     assert [clock(), clock(), clock()] == [0.5, 1.0, 1.5] and clock.reads == 3
     for bad in (0, -1, "1"):
         with pytest.raises(ValueError, match="step > 0"):
-            timing.TickClock(bad)
+            TickClock(bad)
 
 
 # --- memory
@@ -99,7 +100,7 @@ def test_parse_size():
 # --- the processor
 
 def test_matmul_rate_counts_2_n_cubed_flops():
-    r = hb.matmul_rate(64, "float64", "cpu", clock=timing.TickClock())
+    r = hb.matmul_rate(64, "float64", "cpu", clock=TickClock())
     assert r.amount == 2 * 64 ** 3 and r.giga == pytest.approx(2 * 64 ** 3 / 1e9)
     assert r.time.median == r.time.cold == 1
 
@@ -160,7 +161,7 @@ def test_tensor_core_dtypes_by_capability():
 
 def test_roofline_counts_flops_and_bytes_and_probes_the_roof():
     n, k = 2 ** 12, 32
-    roof, (add, mv, mm) = hb.roofline(n, k, "cpu", clock=timing.TickClock())  # each call: 1 s
+    roof, (add, mv, mm) = hb.roofline(n, k, "cpu", clock=TickClock())  # each call: 1 s
     assert (add.flops, add.bytes, add.size) == (n, 12 * n, n)
     assert (mv.flops, mv.bytes, mv.size) == (2 * 64 ** 2, 4 * (64 ** 2 + 2 * 64), 64)
     assert (mm.flops, mm.bytes, mm.size) == (2 * k ** 3, 12 * k ** 2, k)
@@ -183,7 +184,7 @@ def test_roofline_counts_flops_and_bytes_and_probes_the_roof():
 
 def test_roofline_takes_k_from_the_size_policy(monkeypatch):
     monkeypatch.setenv("D2L_PROFILE", "ci")
-    _, kernels = hb.roofline(2 ** 10, device="cpu", clock=timing.TickClock())
+    _, kernels = hb.roofline(2 ** 10, device="cpu", clock=TickClock())
     assert kernels[2].size == dx.problem_size("roofline_matmul", "cpu") == 256
     assert dx.problem_size("roofline_stream", "cpu") == 2 ** 22
 
@@ -197,7 +198,7 @@ def test_roofline_measures_real_rates():
 # --- storage
 
 def test_storage_reads_count_bytes_and_leave_nothing(scratch):
-    r = hb.storage_reads(2 * MiB, n_random=10, directory=str(scratch), clock=timing.TickClock())
+    r = hb.storage_reads(2 * MiB, n_random=10, directory=str(scratch), clock=TickClock())
     assert list(scratch.iterdir()) == [], "the temporary file was left behind"
     assert r.n_bytes == 2 * MiB and r.block == 4096
     assert r.sequential_s == 1 and r.sequential_gbps == pytest.approx(2 * MiB / 1e9)
@@ -223,15 +224,15 @@ def test_storage_file_removed_even_on_error(scratch, monkeypatch):
 # --- accelerators and links (their CPU stand-ins here; the GPU tests run on GPU CI)
 
 def test_launch_overhead_divides_by_the_launches(monkeypatch):
-    tick = timing.TickClock()
+    tick = TickClock()
     assert hb.launch_overhead("cpu", n=200, clock=tick).value == pytest.approx(1 / 200)
     waits = []
     monkeypatch.setattr(hb, "synchronize", lambda devices: waits.append(list(devices)))
-    hb.launch_overhead("cpu", n=7, wait_each=True, clock=timing.TickClock())
+    hb.launch_overhead("cpu", n=7, wait_each=True, clock=TickClock())
     every = waits.count([torch.device("cpu")])
     assert every and every % 7 == 0                        # after each of the 7 launches
     waits.clear()
-    hb.launch_overhead("cpu", n=7, clock=timing.TickClock())
+    hb.launch_overhead("cpu", n=7, clock=TickClock())
     assert [torch.device("cpu")] not in waits              # queued: nobody waits in between
 
 
@@ -243,7 +244,7 @@ def test_launch_overhead_is_physical():
 @pytest.mark.parametrize("k", range(1, 9))
 def test_peer_bandwidth_matrix_for_k_devices(k):
     n_bytes = 64 * 1024
-    m = hb.peer_bandwidth(["cpu"] * k, n_bytes, clock=timing.TickClock())
+    m = hb.peer_bandwidth(["cpu"] * k, n_bytes, clock=TickClock())
     assert len(m) == k and all(len(row) == k for row in m)
     for i, row in enumerate(m):
         for j, v in enumerate(row):   # local copies count read + write; peer copies the bytes sent
@@ -260,7 +261,7 @@ def test_p2p_access_for_k_simulated_gpus(k):
 
 
 def test_loopback_counts_bytes_and_round_trips():
-    r = hb.loopback_network(1 * MiB, pings=20, repeats=2, clock=timing.TickClock())
+    r = hb.loopback_network(1 * MiB, pings=20, repeats=2, clock=TickClock())
     # each round trip and each transfer is one timed call: one tick of the clock
     assert r.n_bytes == 1 * MiB and r.bulk.value == 1 and r.round_trip_s == 1
 
@@ -479,5 +480,5 @@ def test_check_data_sheet_flags_points_above_a_gpus_published_roof():
 
 
 def test_roofline_on_the_cpu_names_no_data_sheet():
-    roof, _ = hb.roofline(2 ** 10, 16, "cpu", clock=timing.TickClock())
+    roof, _ = hb.roofline(2 ** 10, 16, "cpu", clock=TickClock())
     assert roof.published is None

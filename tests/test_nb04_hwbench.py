@@ -1,5 +1,5 @@
 """Notebook 04 writes copy_rate, gather_times, axpy_times, matmul_gflops, transfer_rate and
-tiny_op_time itself (the notebook is their one source). Here they run on a fake clock, dx.timing.TickClock(),
+tiny_op_time itself (the notebook is their one source). Here they run on a fake clock, TickClock(),
 which advances one second at every read: every timed stretch then "lasts" exactly one second, so
 a rate is exactly what was counted, whatever the load on the machine, and is checked against a
 count made here (issue 16: such checks leave the lesson).
@@ -17,6 +17,7 @@ import torch
 
 import d2l_extras as dx
 from d2l_extras import parallel
+from clocks import TickClock
 from nbcells import cell_source, notebook_namespace, notebook_path
 
 MiB = 2 ** 20
@@ -30,7 +31,7 @@ def nb():
 
 
 def tick():
-    return dx.timing.TickClock()   # each timed stretch: exactly 1 s
+    return TickClock()   # each timed stretch: exactly 1 s
 
 
 @pytest.mark.parametrize("n_bytes", [MiB, 4098])
