@@ -28,7 +28,7 @@ _EXPORTS = {
     "report": ["record"],
     "hardware": ["cuda_gpus", "default_device", "devices", "hardware_report"],
     # measurements with their noise: one way to time, one comparison, predictions in a band
-    "timing": ["Benchmark", "format_seconds", "measure", "measure_interleaved", "synchronize"],
+    "timing": ["format_seconds", "measure", "measure_interleaved", "synchronize"],
     "bands": ["Band", "check_prediction", "compare"],
     "plotting": ["bar_chart", "plot_roofline", "plot_timeline", "use_slide_style"],
     "compiler": ["last_level_cache", "maybe_compile"],

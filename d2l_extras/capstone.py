@@ -14,10 +14,11 @@ from torch.nn.parallel import DistributedDataParallel
 from .checks import COUNT, WHOLE, option, positive_number
 from .ddp import parser, time_comm
 from .distributed import init_worker, run_worker
+from .lessons import Benchmark  # notebook 00 teaches it
 from .memory import peak_memory
 from .parallel import per_process_batch
 from .ring import bus_bandwidth
-from .timing import Benchmark, measure_interleaved
+from .timing import measure_interleaved
 from .transformer import TinyGPT, lm_loss, load_text
 
 # TinyGPT's only buffers are constant causal masks: no broadcast at every forward (renamed in 2.15)

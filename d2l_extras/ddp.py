@@ -27,13 +27,14 @@ from .bands import Band
 from .checks import COUNT, WHOLE, option, positive_number, whole_number
 from .data import SOURCES, default_sizes, load_images
 from .distributed import init_worker, run_worker, worker_device
+from .lessons import Benchmark  # notebook 00 teaches it
 from .models import init_weights, resnet18
 from .parallel import evaluate_accuracy, even_batch_size, per_process_batch
 from .profiles import by_profile
 from .profiling import TimelineEvent, launch_stacks, profile_trace, trace_events
 from .report import notice
 from .sizes import problem_size
-from .timing import Benchmark, measure_interleaved
+from .timing import measure_interleaved
 
 
 class GlooSyncBatchNorm2d(nn.BatchNorm2d):

@@ -1,32 +1,13 @@
-"""Data parallelism's helpers (notebook 06 writes what it teaches itself): replicas, accuracy."""
+"""What data parallelism uses besides what notebook 06 teaches: accuracy, batch shares, TF32."""
 import contextlib
-import copy
-import warnings
 from typing import Callable, ContextManager, Iterable, Iterator, Sequence
 
 import torch
 from torch import nn
 
+import d2l_extras as dx
+
 from .checks import whole_number
-from .report import notice
-
-# Inductor's hint when it compiles float32 matmuls for an Ampere or later GPU with TF32 off.
-_TF32_HINT = "TensorFloat32 tensor cores for float32 matrix multiplication available"
-
-
-def _check_devices(devices: Sequence[torch.device | str]) -> list[torch.device]:
-    # Devices may repeat: dx.devices(k) simulates missing GPUs, with the same arithmetic.
-    if isinstance(devices, (str, torch.device)) or not isinstance(devices, Sequence) or not devices:
-        raise ValueError(f"need a non-empty list of devices such as dx.devices(2), got {devices!r}")
-    return [torch.device(d) for d in devices]
-
-
-def sgd(params: Iterable[torch.Tensor], lr: float, batch_size: int) -> None:
-    """Minibatch SGD on summed gradients: p -= lr * grad / batch_size, then zero the gradient."""
-    with torch.no_grad():
-        for p in params:
-            p -= lr * p.grad / batch_size
-            p.grad.zero_()
 
 
 def even_batch_size(batch_size: int, k: int) -> int:
@@ -73,22 +54,6 @@ def allow_tf32(allowed: bool) -> ContextManager[None]:
     return _switched(_tf32_switches(allowed))
 
 
-def set_float32_precision(tf32: bool) -> str:
-    """Choose TF32 (True) or full float32 for CUDA float32 matrix products; say so in words."""
-    if not isinstance(tf32, bool):
-        raise ValueError(f"set_float32_precision() takes True (TF32) or False, got {tf32!r}")
-    # The matmul switch only: cuDNN's, set for good through fp32_precision, makes torch raise
-    # wherever its code still reads cudnn.allow_tf32 (torch.export does, 2.14).
-    setattr(*_tf32_switches(tf32)[0])
-    words = ("float32 matrix products as TF32 (10-bit mantissa, Tensor Cores)" if tf32 else
-             "float32 matrix products in full float32 (TF32 off)")
-    warnings.filterwarnings("ignore", message=_TF32_HINT)  # chosen: no need to hint again
-    if torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 0):
-        notice(f"{words} on {torch.cuda.get_device_name()}, chosen with "
-               f"dx.parallel.set_float32_precision(tf32={tf32})")
-    return words
-
-
 def strict_float32() -> ContextManager[None]:
     """Within the block, GPUs compute float32 in full precision and cuDNN deterministically."""
     # Else TF32, and cuDNN's algorithms chosen by batch size, part k devices from one device.
@@ -97,15 +62,9 @@ def strict_float32() -> ContextManager[None]:
                                               (cudnn, "benchmark", False)])
 
 
-def replicate(module: nn.Module, devices: Sequence[torch.device | str]) -> list[nn.Module]:
-    """Return one independent copy of module on each device (the same device may repeat)."""
-    return [copy.deepcopy(module).to(d) for d in _check_devices(devices)]
-
-
 def evaluate_accuracy(nets: Sequence[Callable[[torch.Tensor], torch.Tensor]],
                       data_iter: Iterable, devices: Sequence[torch.device | str]) -> float:
     """Accuracy with each batch split over devices; nets[i] is the model (replica) on devices[i]."""
-    devices = _check_devices(devices)
     if len(nets) != len(devices):
         raise ValueError(f"need one model per device: {len(nets)} models, {len(devices)} devices")
     modes = {net: net.training for net in nets if isinstance(net, nn.Module)}
@@ -114,12 +73,11 @@ def evaluate_accuracy(nets: Sequence[Callable[[torch.Tensor], torch.Tensor]],
         for net in modes:
             net.eval()  # BatchNorm uses its running statistics when evaluating
         with torch.no_grad():
-            for X, y in data_iter:
-                k = len(devices)  # shards as even as can be: 10 over 3 is 4, 3, 3
-                for net, X_s, y_s, d in zip(nets, X.tensor_split(k), y.tensor_split(k), devices):
+            for X, y in data_iter:  # notebook 06's split: 10 over 3 devices is 4, 3, 3
+                for net, X_s, y_s in zip(nets, *dx.split_batch(X, y, devices)):
                     if len(y_s):
-                        right = net(X_s.to(d)).argmax(dim=1) == y_s.to(d)
-                        correct += right.sum().to(devices[0])
+                        right = (net(X_s).argmax(dim=1) == y_s).sum()
+                        correct += right.to(correct.device)  # no wait for each batch
                 total += len(y)
     finally:
         for net, mode in modes.items():

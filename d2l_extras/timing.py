@@ -1,4 +1,8 @@
-"""Honest timing: synchronize the devices before reading the clock; cold and warm apart."""
+"""Measuring machinery: repeated runs, cold and warm apart, median and spread.
+
+Notebook 00 teaches the measurement (`dx.Benchmark`, saved from its cell): a synchronization
+before each clock read, a loop, a median. This module is that loop made honest on a busy machine.
+"""
 import contextlib
 import functools
 import io
@@ -39,26 +43,8 @@ if torch.__version__ < "2.8" and "torch.utils.cpp_extension" not in sys.modules 
 
 Clock = Callable[[], float]
 Devices = Iterable[torch.device | str] | None
-SPREAD = 0.05   # measure() stops once the runs' IQR is this share of their median ...
-
-
-def max_time() -> float:
-    """... or once this many seconds of warm runs are spent (by profile: ci, class, full)."""
-    return by_profile(0.2, 0.5, 2.0)
-
-
-class TickClock:
-    """A fake clock that advances `step` seconds per read (0.05 s or more: one call per run)."""
-
-    def __init__(self, step: float = 1.0):
-        if not (isinstance(step, (int, float)) and step > 0):
-            raise ValueError(f"TickClock needs a step > 0 seconds, got {step!r}")
-        self.step, self.now, self.reads = float(step), 0.0, 0
-
-    def __call__(self) -> float:
-        self.reads += 1
-        self.now += self.step
-        return self.now
+SPREAD = 0.05   # measure() stops once the runs' IQR is this share of their median, or once
+MAX_TIME = (0.2, 0.5, 2.0)  # ... this many seconds of warm runs are spent (profiles ci, class, full)
 
 
 def synchronize(devices: Devices = None) -> None:
@@ -103,43 +89,25 @@ class Measurement:
                 f"{format_seconds(self)} per call ({len(self.warm)} runs)")
 
 
-class Benchmark:
-    """Context manager that times a block, synchronizing the devices before both clock reads."""
-
-    def __init__(self, description: str = "Done", devices: Devices = None, verbose: bool = True,
-                 clock: Clock = time.perf_counter):
-        self.description, self.verbose, self.clock = description, verbose, clock
-        self.devices = None if devices is None else list(devices)
-
-    def __enter__(self) -> "Benchmark":
-        synchronize(self.devices)  # work queued before the block must not be billed to it
-        self._start = self.clock()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        synchronize(self.devices)
-        self.elapsed = self.clock() - self._start
-        if self.verbose and exc[0] is None:
-            print(f"{self.description}: {format_seconds(self.elapsed)}")
-
-
 def _time_once(fn: Callable[[], object], devices: Devices, clock: Clock, number: int = 1,
                before: Callable[[], object] | None = None) -> float:
+    # dx.Benchmark (notebook 00) on an injectable clock, so that tests need not wait
     if before is not None:
         before()
-    with Benchmark(devices=devices, verbose=False, clock=clock) as run:
-        for _ in range(number):
-            fn()
-    return run.elapsed / number
+    synchronize(devices)
+    start = clock()
+    for _ in range(number):
+        fn()
+    synchronize(devices)
+    return (clock() - start) / number
 
 
-def _prepare(fns: Mapping[str, object], spread: float, seconds: float | None, devices: Devices):
+def _prepare(fns: Mapping[str, object], seconds: float | None, devices: Devices):
     for what, fn in fns.items():
-        if not callable(fn):
+        if not callable(fn):  # f() where f was meant
             raise TypeError(f"{what} needs a function to call, got {type(fn).__name__}")
-    if not (isinstance(spread, (int, float)) and 0 < spread < 1):
-        raise ValueError(f"spread is a fraction in (0, 1), got {spread!r}")
-    seconds = positive_number(max_time() if seconds is None else seconds, "max_time (seconds)")
+    seconds = positive_number(by_profile(*MAX_TIME) if seconds is None else seconds,
+                              "max_time (seconds)")
     # CPU operators are done when they return: not waiting on them keeps a clock read cheap.
     devices = accelerators() if devices is None else devices
     return seconds, [d for d in map(torch.device, devices) if d.type != "cpu"]
@@ -151,7 +119,7 @@ def measure(fn: Callable[[], object], name: str = "", *, devices: Devices = None
     """Time fn's first call and `setup` more apart, then warm runs until settled or out of time."""
     from torch.utils.benchmark import Timer
 
-    seconds, devices = _prepare({"measure()": fn}, spread, max_time, devices)
+    seconds, devices = _prepare({"measure()": fn}, max_time, devices)
     # setup=1 under torch.compile(mode="reduce-overhead"): the second call records the CUDA graph.
     setup = whole_number(setup, "measure(): setup (calls timed apart after the first)", 0)
     cold, *calls = [_time_once(fn, devices, clock) for _ in range(1 + setup)]
@@ -177,7 +145,7 @@ def measure_interleaved(fns: Mapping[str, Callable[[], object]], *, devices: Dev
     if not fns:
         raise ValueError("measure_interleaved() needs at least one {name: function}")
     seconds, devices = _prepare({f"measure_interleaved(): {name!r}": fn
-                                 for name, fn in fns.items()}, spread, max_time, devices)
+                                 for name, fn in fns.items()}, max_time, devices)
     runs = runs if runs is None else whole_number(runs, "measure_interleaved(): runs")
     timed = functools.partial(_time_once, devices=devices, clock=clock, before=before)
     cold = {name: timed(fn) for name, fn in fns.items()}

@@ -15,6 +15,7 @@ import torch
 import d2l_extras as dx
 from d2l_extras import hwbench as hb
 from d2l_extras import timing
+from clocks import TickClock
 from conftest import GPUS
 
 MiB = 1024 ** 2
@@ -32,11 +33,11 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 # --- the clock and the timing loop
 
 def test_tick_clock_advances_one_step_per_read():
-    clock = timing.TickClock(0.5)
+    clock = TickClock(0.5)
     assert [clock(), clock(), clock()] == [0.5, 1.0, 1.5] and clock.reads == 3
     for bad in (0, -1, "1"):
         with pytest.raises(ValueError, match="step > 0"):
-            timing.TickClock(bad)
+            TickClock(bad)
 
 
 # --- memory
@@ -90,7 +91,7 @@ def test_tensor_core_dtypes_by_capability():
 
 def test_roofline_counts_flops_and_bytes_and_probes_the_roof():
     n, k = 2 ** 12, 32
-    roof, (add, mv, mm) = hb.roofline(n, k, "cpu", clock=timing.TickClock())  # each call: 1 s
+    roof, (add, mv, mm) = hb.roofline(n, k, "cpu", clock=TickClock())  # each call: 1 s
     assert (add.flops, add.bytes, add.size) == (n, 12 * n, n)
     assert (mv.flops, mv.bytes, mv.size) == (2 * 64 ** 2, 4 * (64 ** 2 + 2 * 64), 64)
     assert (mm.flops, mm.bytes, mm.size) == (2 * k ** 3, 12 * k ** 2, k)
@@ -113,7 +114,7 @@ def test_roofline_counts_flops_and_bytes_and_probes_the_roof():
 
 def test_roofline_takes_k_from_the_size_policy(monkeypatch):
     monkeypatch.setenv("D2L_PROFILE", "ci")
-    _, kernels = hb.roofline(2 ** 10, device="cpu", clock=timing.TickClock())
+    _, kernels = hb.roofline(2 ** 10, device="cpu", clock=TickClock())
     assert kernels[2].size == dx.problem_size("roofline_matmul", "cpu") == 256
     assert dx.problem_size("roofline_stream", "cpu") == 2 ** 22
 
@@ -298,5 +299,5 @@ def test_check_data_sheet_flags_points_above_a_gpus_published_roof():
 
 
 def test_roofline_on_the_cpu_names_no_data_sheet():
-    roof, _ = hb.roofline(2 ** 10, 16, "cpu", clock=timing.TickClock())
+    roof, _ = hb.roofline(2 ** 10, 16, "cpu", clock=TickClock())
     assert roof.published is None

@@ -29,12 +29,12 @@ from d2l_extras import _saved  # noqa: E402
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 CELL_LINES, MEDIAN_LINES, TOTAL_LINES = 15, 8, 1_800
 # Each notebook's share of the 1,800 lines (the sum leaves room to grow).
-BUDGET = {"00": 110, "01": 180, "02": 160, "03": 180, "04": 200, "05": 196, "06": 190,
+BUDGET = {"00": 112, "01": 180, "02": 160, "03": 180, "04": 200, "05": 196, "06": 190,
           "07": 140, "08": 194, "09": 220}
 VOCABULARY = frozenset("""
     setup hardware_report use_slide_style check by_profile problem_size
     default_device devices cuda_gpus
-    measure measure_interleaved Benchmark format_seconds synchronize
+    measure measure_interleaved format_seconds synchronize
     compare check_prediction Band bar_chart
     record_timeline plot_timeline busy_time profile_trace one_thread_if_busy
     allow_tf32 maybe_compile last_level_cache dtype_supported

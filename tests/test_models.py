@@ -1,17 +1,9 @@
-"""LeNet's parameters and the small ResNet-18."""
+"""The small ResNet-18 and its initialization (notebook 06 tests its own LeNet)."""
 import pytest
 import torch
 from torch import nn
 
 import d2l_extras as dx
-
-
-def test_lenet_params_shapes_and_seed():
-    params = dx.models.lenet_params()  # notebook 06's lenet runs them: tests/test_nb06_from_scratch.py
-    assert [tuple(p.shape) for p in params][::2] == [(20, 1, 3, 3), (50, 20, 5, 5), (800, 128),
-                                                     (128, 10)]
-    torch.testing.assert_close(dx.models.lenet_params(seed=3)[0], dx.models.lenet_params(seed=3)[0])
-    assert dx.models.lenet_params(scale=0.01)[0].std() < 0.02  # the book's initialization
 
 
 @pytest.mark.parametrize("width", [4, 8])

@@ -1,6 +1,6 @@
 """Notebook 04 writes copy_rate, gather_times, read_times, axpy_times, matmul_gflops, tiny_op_time
 and transfer_rate in #@save cells (the notebook is their one source; `make lib` generates them
-into d2l_extras, so they are dx.copy_rate and so on). Here they run on a fake clock, dx.timing.TickClock(),
+into d2l_extras, so they are dx.copy_rate and so on). Here they run on a fake clock, TickClock(),
 which advances one second at every read: every timed stretch then "lasts" exactly one second, so
 a rate is exactly what was counted, whatever the load on the machine, and is checked against a
 count made here (issue 16: such checks leave the lesson).
@@ -18,13 +18,14 @@ import torch
 
 import d2l_extras as dx
 from d2l_extras import parallel
+from clocks import TickClock
 from nbcells import cell_source, notebook_namespace, notebook_path
 
 MiB = 2 ** 20
 
 
 def tick():
-    return dx.timing.TickClock()   # each timed stretch: exactly 1 s
+    return TickClock()   # each timed stretch: exactly 1 s
 
 
 @pytest.mark.parametrize("n_bytes", [MiB, 4098])

@@ -1,5 +1,6 @@
 """Notebook 06 writes what it teaches (lenet, init_params, get_params, allreduce, split_batch,
-map_devices, loss_and_grad, train_batch); the notebook is their only source. Here they are
+map_devices, loss_and_grad, train_batch); the notebook is their only source, and `#@save` makes
+allreduce and split_batch `dx.allreduce` and `dx.split_batch` (tested here as such). Here they are
 checked against independent references (the sum, torch.cat, one full-batch SGD step by autograd)
 and on the inputs the lesson does not show: uneven shards, one device, up to eight devices."""
 import threading
@@ -56,11 +57,11 @@ def test_get_params_copies_leaves_that_record_gradients(nb):
 
 
 @pytest.mark.parametrize("k", [1, 2, 3])
-def test_allreduce_leaves_the_sum_on_every_device(nb, k):
+def test_allreduce_leaves_the_sum_on_every_device(k):
     devices = dx.devices(k)
     values = [torch.randn(3, 4, generator=torch.Generator().manual_seed(i)) for i in range(k)]
     data = [v.to(d, copy=True) for v, d in zip(values, devices)]
-    nb["allreduce"](data)
+    dx.allreduce(data)
     for t, d in zip(data, devices):
         torch.testing.assert_close(t.cpu(), sum(values))
         assert t.device == torch.device(d)
@@ -68,19 +69,19 @@ def test_allreduce_leaves_the_sum_on_every_device(nb, k):
 
 @pytest.mark.parametrize("n, k, sizes", [(4, 2, [2, 2]), (10, 3, [4, 3, 3]),
                                          (7, 4, [2, 2, 2, 1]), (2, 3, [1, 1, 0])])
-def test_split_batch_keeps_order_and_differs_by_one_at_most(nb, n, k, sizes):
+def test_split_batch_keeps_order_and_differs_by_one_at_most(n, k, sizes):
     devices = dx.devices(k)
     X, y = torch.arange(2.0 * n).reshape(n, 2), torch.arange(n)
-    X_shards, y_shards = nb["split_batch"](X, y, devices)
+    X_shards, y_shards = dx.split_batch(X, y, devices)
     assert [len(s) for s in X_shards] == sizes == [len(s) for s in y_shards]
     assert [s.device for s in X_shards] == [torch.device(d) for d in devices]
     torch.testing.assert_close(torch.cat([s.cpu() for s in X_shards]), X)
     torch.testing.assert_close(torch.cat([s.cpu() for s in y_shards]), y)
 
 
-def test_split_batch_refuses_mismatched_labels(nb):
-    with pytest.raises(ValueError, match="10 examples"):
-        nb["split_batch"](torch.zeros(10, 1), torch.zeros(9), dx.devices(2))
+def test_split_batch_refuses_mismatched_labels():
+    with pytest.raises(ValueError, match="X has 10 examples, y 9 labels"):
+        dx.split_batch(torch.zeros(10, 1), torch.zeros(9), dx.devices(2))
 
 
 def test_map_devices_runs_cpu_devices_at_once_one_core_each(nb):

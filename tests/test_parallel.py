@@ -1,5 +1,6 @@
-"""Data parallelism's helpers: replicas and accuracy over (simulated) devices, batch shares,
-float32 switches. Notebook 06's own functions are tested in test_nb06_from_scratch.py."""
+"""Data parallelism's helpers: accuracy over (simulated) devices, batch shares, float32
+switches. Notebook 06's own functions are tested in test_nb06_from_scratch.py."""
+import copy
 import warnings
 from types import SimpleNamespace
 
@@ -133,14 +134,6 @@ def test_allow_tf32_on_this_torch_warns_nothing_and_restores():
             pass
 
 
-def test_sgd_step():
-    p = torch.ones(2, requires_grad=True)
-    p.grad = torch.full((2,), 4.0)
-    dx.parallel.sgd([p], lr=0.5, batch_size=2)
-    torch.testing.assert_close(p.detach(), torch.zeros(2))
-    assert not p.grad.any()
-
-
 @pytest.mark.parametrize("k", range(1, 9))
 def test_evaluate_accuracy_on_k_devices(k):
     W = torch.randn(784, 10, generator=torch.Generator().manual_seed(0))
@@ -159,59 +152,10 @@ def test_evaluate_accuracy_split_equals_single():
     expected = (net.eval()(X).argmax(1) == y).float().mean().item()
     net.train()
     assert single == pytest.approx(expected)
-    replicas = dx.parallel.replicate(net, [CPU] * 3)
+    replicas = [copy.deepcopy(net) for _ in range(3)]
     assert dx.evaluate_accuracy(replicas, batches, [CPU] * 3) == pytest.approx(expected)
     assert net.training  # the mode is restored
     with pytest.raises(ValueError, match="one model per device"):
         dx.evaluate_accuracy([net], batches, [CPU] * 2)
     with pytest.raises(ValueError, match="no examples"):
         dx.evaluate_accuracy([net], [], [CPU])
-
-
-@pytest.mark.parametrize("version, off, on", [
-    ("2.6.0+cu124", (False, True), (True, True)),
-    ("2.14.1+cu130", ("ieee", "none", "tf32", "tf32"), ("tf32", "none", "tf32", "tf32"))])
-def test_set_float32_precision_chooses_through_this_torchs_api(monkeypatch, capsys, version,
-                                                              off, on):
-    matmul, cudnn = fake_backends(monkeypatch, version)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert "TF32 off" in dx.parallel.set_float32_precision(False)
-    assert tf32_state(matmul, cudnn) == off  # and it stays so; cuDNN's switches untouched
-    assert "as TF32" in dx.parallel.set_float32_precision(True)
-    assert tf32_state(matmul, cudnn) == on
-    assert capsys.readouterr().out == ""  # no GPU where the choice matters: nothing printed
-    with pytest.raises(ValueError, match="True .* or False"):
-        dx.parallel.set_float32_precision("ieee")
-
-
-def test_set_float32_precision_says_it_once_on_an_ampere_gpu(monkeypatch, capsys):
-    matmul, cudnn = fake_backends(monkeypatch, "2.14.1")
-    # On a real H100 an earlier call may have said it already: a notice is once per process
-    monkeypatch.setattr(dx.report, "_NOTICED", set())
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H100 80GB HBM3")
-    with warnings.catch_warnings(record=True) as caught:  # filters restored on leaving
-        warnings.simplefilter("always")
-        dx.parallel.set_float32_precision(False)
-        dx.parallel.set_float32_precision(False)
-        warnings.warn(parallel._TF32_HINT + " but not enabled. Consider ...")  # Inductor's
-        warnings.warn("another warning")
-    assert [str(w.message) for w in caught] == ["another warning"]
-    lines = capsys.readouterr().out.splitlines()
-    assert lines == ["notice: float32 matrix products in full float32 (TF32 off) on NVIDIA H100 "
-                     "80GB HBM3, chosen with dx.parallel.set_float32_precision(tf32=False)"]
-
-
-def test_set_float32_precision_leaves_torch_export_working():
-    # torch (2.14) raises where its code reads cudnn.allow_tf32 after cuDNN's precision was
-    # set for good through fp32_precision; torch.export reads it.
-    settings, name, _ = parallel._tf32_switches(False)[0]  # the one it sets
-    before = getattr(settings, name)
-    try:
-        dx.parallel.set_float32_precision(False)
-        torch.export.export(torch.nn.Linear(4, 2), (torch.randn(8, 4),))
-        dx.parallel.set_float32_precision(True)
-        torch.export.export(torch.nn.Linear(4, 2), (torch.randn(8, 4),))
-    finally:
-        setattr(settings, name, before)
