@@ -63,7 +63,7 @@ def test_a_module_gets_the_imports_it_uses_and_runs_main(tmp_path):
     assert "import torch.distributed as dist" in text and "from math import pi" in text
     assert "import os" not in text
     assert text.rstrip().endswith('if __name__ == "__main__":\n    main()')
-    assert "notebooks/01-x.ipynb" in text.splitlines()[2]
+    assert "notebooks/01-x.ipynb" in text.splitlines()[3]
     assert save.render([nb])[save.INDEX].count("'main': 'job'") == 1
 
 
