@@ -19,9 +19,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 from tools import deckcheck, nbsite, nbval_alarms, report  # noqa: E402
-from tools.browser import Browser, find_chromium  # noqa: E402
+from tools.browser import chromium_page, find_chromium  # noqa: E402
 
-pytest.importorskip("websocket", reason="websocket-client is not installed (requirements.txt)")
+pytest.importorskip("playwright", reason="playwright is not installed (requirements.txt)")
 pytestmark = pytest.mark.skipif(
     find_chromium() is None,
     reason="no Chromium installed: apt-get install -y chromium (Debian) runs this test")
@@ -44,7 +44,7 @@ def decks(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
-    with Browser(width=1280, height=720) as opened:  # one Chromium for every deck
+    with chromium_page(1280, 720) as opened:  # one Chromium for every deck
         yield opened
 
 
