@@ -37,6 +37,7 @@ import threading
 import time
 from pathlib import Path
 
+from tools.alarms import output_texts
 from tools.report import _cell, _hardware, render_figures, render_hardware
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -196,14 +197,10 @@ def pytest_result(log: Path, first: bool = False) -> str:
 
 def notebook_stderr(path: Path) -> str:
     """The stderr streams of an executed notebook (Dynamo's logs, NCCL warnings), by cell."""
-    nb = json.loads(path.read_text(encoding="utf-8"))
-    parts = []
-    for i, cell in enumerate(nb.get("cells", [])):
-        text = "".join("".join(o.get("text", "")) for o in cell.get("outputs", [])
-                       if o.get("output_type") == "stream" and o.get("name") == "stderr")
-        if text:
-            parts.append(f"--- cell {i}\n{text}")
-    return "\n".join(parts)
+    cells = json.loads(path.read_text(encoding="utf-8")).get("cells", [])
+    texts = [(i, "".join(output_texts(c.get("outputs", []), ("stderr",), False, False)))
+             for i, c in enumerate(cells)]
+    return "\n".join(f"--- cell {i}\n{text}" for i, text in texts if text)
 
 
 def pack(out: Path, work: Path) -> None:

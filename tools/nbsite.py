@@ -25,9 +25,11 @@ ROOT = Path(__file__).resolve().parents[1]
 TEMPLATES = Path(__file__).resolve().parent / "site" / "templates"
 try:  # the slide rules (nbmeta) and the figures and titles (hosted) live in one place each
     from tools import hosted, nbmeta
+    from tools.alarms import output_texts
 except ImportError:  # run as a script (python tools/nbsite.py): tools/ is on sys.path
     import hosted
     import nbmeta
+    from alarms import output_texts
 
 # Served from the network only when the packages that ship a local copy are missing.
 REVEAL_CDN = "https://unpkg.com/reveal.js@5.2.0"
@@ -90,9 +92,8 @@ def hardware_of(nb) -> str:
     the set-up cell, which prints only where it installs something)."""
     for cell in nb.cells:
         if cell.cell_type == "code" and "setup" not in cell.metadata.get("tags", []):
-            text = "".join(out.get("text", "") for out in cell.get("outputs", [])
-                           if out.get("output_type") == "stream")
-            return text.strip()
+            return "".join(output_texts(cell.get("outputs", []), results=False,
+                                        errors=False)).strip()
     return ""
 
 

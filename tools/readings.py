@@ -28,6 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a file, or as python -m tools.readings
     sys.path.insert(0, str(ROOT))
+from tools.alarms import output_texts  # noqa: E402
 from tools.report import NOTEBOOKS, execute_notebook  # noqa: E402
 
 DEFAULT_OUT = ROOT / "build" / "readings"
@@ -53,20 +54,8 @@ def mask(line: str) -> str:
 
 def cell_lines(cell: dict) -> list[str]:
     """What a code cell printed: stdout lines and the text of its results."""
-    lines = []
-    for out in cell.get("outputs", []):
-        if out.get("output_type") == "stream" and out.get("name") == "stdout":
-            text = out.get("text", "")
-        elif out.get("output_type") in ("execute_result", "display_data"):
-            data = out.get("data", {})
-            if "image/png" in data:   # a plot: its text is only the Figure's repr
-                continue
-            text = data.get("text/plain", "")
-        else:
-            continue
-        text = "".join(text) if isinstance(text, list) else text
-        lines += [line for line in text.splitlines() if line.strip()]
-    return lines
+    texts = output_texts(cell.get("outputs", []), streams=("stdout",), errors=False)
+    return [line for text in texts for line in text.splitlines() if line.strip()]
 
 
 def readings(path: Path) -> dict[int, list[str]]:
