@@ -12,7 +12,6 @@ from the images/ folder beside --source and embedded, so each page is one file p
 from __future__ import annotations
 
 import argparse
-import html
 import importlib.util
 import json
 import shutil
@@ -223,58 +222,21 @@ def describe_hardware(hw) -> str:
 def write_index(out: Path, kind: str, rows: list[dict], summary: Path | None,
                 offline: bool) -> Path:
     """index.html: every notebook, its link, how its run went, and the hardware it ran on."""
-    what = "slides" if kind == "slides" else "pages"
-    hint = ("Keys: arrows move between slides (down: the next part of a long section), "
-            "<kbd>S</kbd> opens the speaker view, <kbd>Esc</kbd> the overview."
-            if kind == "slides" else "Each page shows a notebook with the outputs of one run.")
-    net = "" if offline else "<p><b>These files load reveal.js or MathJax from the network.</b></p>"
+    import jinja2  # nbconvert's; autoescape: notebook titles and errors are text, not HTML
     report = read_summary(summary)
     # tools/report.py names a notebook by its stem ("01-compilers-and-interpreters").
     runs = {Path(str(run.get("notebook"))).stem: run for run in report.get("notebooks", [])
             if isinstance(run, dict)}
-    head = ""
-    if report:
-        head = (f"<h2>The run</h2><p>Profile <code>{html.escape(str(report.get('profile')))}"
-                f"</code>, generated {html.escape(str(report.get('generated')))}, "
-                f"{report.get('total_seconds', 0):.0f} s in all.</p>"
-                f"<pre>{html.escape(describe_hardware(report.get('hardware')))}</pre>")
-    items = []
     for row in rows:
-        hw = row["hardware"] or "(no hardware report in the first output: not executed)"
         run = runs.get(Path(row["notebook"]).stem, {})
-        status = ""
-        if run:
-            status = (f" FAILED: {html.escape(str(run['error']))}" if run.get("error")
-                      else f" ran in {run.get('seconds', 0):.1f} s")
-        items.append(
-            f'<li><a href="{html.escape(row["file"])}">{html.escape(row["title"] or row["notebook"])}'
-            f'</a> <small>({html.escape(row["notebook"])}{status})</small>'
-            f"<pre>{html.escape(hw)}</pre></li>")
-    body = f"""<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<title>Computational Performance: {what}</title>
-<style>
-body {{ font-family: sans-serif; max-width: 60em; margin: 2em auto; padding: 0 1em; }}
-pre {{ background: #f5f5f5; padding: 0.5em; font-size: 0.85em; white-space: pre-wrap; }}
-li {{ margin-bottom: 1em; }}
-</style>
-</head>
-<body>
-<h1>Computational Performance: {what}</h1>
-<p>Built from executed notebooks. Under each one: the hardware it ran on, as its first cell
-reported it. {hint}</p>
-{net}
-{head}
-<ol>
-{chr(10).join(items)}
-</ol>
-</body>
-</html>
-"""
+        row["status"] = ("" if not run else f" FAILED: {run['error']}" if run.get("error")
+                         else f" ran in {run.get('seconds', 0):.1f} s")
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True)
+    body = env.get_template("d2l_index.html.j2").render(
+        what="slides" if kind == "slides" else "pages", offline=offline, report=report,
+        machine=describe_hardware(report.get("hardware")), rows=rows)
     path = out / "index.html"
-    path.write_text(body, encoding="utf-8")
+    path.write_text(body + "\n", encoding="utf-8")
     return path
 
 
