@@ -98,17 +98,6 @@ def make_env(env: Path, python: str, requirements: list[str], log) -> Path:
     return env_python(env)
 
 
-# What uv and pip print when no package index can be reached (no network, no DNS, no proxy).
-_OFFLINE = re.compile(r"dns error|Temporary failure in name resolution|Network is unreachable|"
-                      r"tcp connect error|Connection refused|No route to host|"
-                      r"Failed to establish a new connection", re.IGNORECASE)
-
-
-def offline_reason(log: str) -> str | None:
-    """The line of an install's log that says no package index answered, or None."""
-    return next((line.strip() for line in log.splitlines() if _OFFLINE.search(line)), None)
-
-
 def package_copy(dest: Path) -> Path:
     """A copy of what pip needs to install d2l_extras, so the install writes nothing here."""
     shutil.rmtree(dest, ignore_errors=True)
