@@ -69,9 +69,8 @@ def test_the_check_sees_a_slide_that_overflows_or_has_no_notes(tmp_path, monkeyp
     wide = "<pre>" + "x" * 400 + "</pre>"
     note = '<aside class="notes">Say this.</aside>'
     deck = tmp_path / "bad.slides.html"
+    pytest.importorskip("sphinx_revealjs", reason="sphinx-revealjs is not installed")
     reveal = nbsite.reveal_dir()
-    if reveal is None:
-        pytest.skip("sphinx-revealjs is not installed")
     deck.write_text(f"""<html><head><link rel="stylesheet" href="{(reveal / 'dist' / 'reveal.css')
         .as_uri()}"><style>.reveal .slides section {{ max-height: 700px; overflow-y: auto; }}
         pre {{ overflow-x: auto; }}</style></head><body><div class="reveal"><div class="slides">

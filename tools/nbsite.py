@@ -12,6 +12,7 @@ from the images/ folder beside --source and embedded, so each page is one file p
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import shutil
@@ -30,60 +31,36 @@ except ImportError:  # run as a script (python tools/nbsite.py): tools/ is on sy
     import nbmeta
     from alarms import output_texts
 
-# Served from the network only when the packages that ship a local copy are missing.
-REVEAL_CDN = "https://unpkg.com/reveal.js@5.2.0"
-MATHJAX_CDN = "https://cdnjs.cloudflare.com/ajax/libs/mathjax/2.7.7/MathJax.js"
 MATHJAX_CONFIG = "?config=TeX-AMS-MML_HTMLorMML-full,Safe"
 
 
-def _package_dir(name: str, *parts: str) -> Path | None:
+def _package_dir(name: str, *parts: str) -> Path:
     """A data directory inside an installed package, without importing the package."""
     spec = importlib.util.find_spec(name)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(next(iter(spec.submodule_search_locations)), *parts)
-    return path if path.is_dir() else None
+    path = spec and spec.submodule_search_locations and Path(
+        next(iter(spec.submodule_search_locations)), *parts)
+    if not path or not path.is_dir():  # the decks and pages never load them from a CDN
+        raise FileNotFoundError(f"{name} is not installed (requirements.txt): it ships the "
+                                "copy of reveal.js or MathJax that the slides and pages use")
+    return path
 
 
-def reveal_dir() -> Path | None:
+def reveal_dir() -> Path:
     """reveal.js as shipped by the pinned sphinx-revealjs package (its dist/ and plugin/)."""
     return _package_dir("sphinx_revealjs", "_static", "revealjs")
 
 
-def mathjax_dir() -> Path | None:
-    """MathJax 2 as shipped by the pinned jupyter-server-mathjax package."""
-    return _package_dir("jupyter_server_mathjax", "static")
-
-
-def _copy_tree(src: Path, dst: Path, skip=("*.map", "*.esm.js", "*.scss")) -> None:
-    if dst.exists():
-        shutil.rmtree(dst)
-    shutil.copytree(src, dst, ignore=shutil.ignore_patterns(*skip))
-
-
 def copy_assets(out: Path, slides: bool) -> dict:
-    """Put reveal.js (for slides) and MathJax next to the output; return the URLs to use."""
-    urls = {"mathjax": MATHJAX_CDN + MATHJAX_CONFIG, "reveal": REVEAL_CDN, "offline": True}
-    mj = mathjax_dir()
-    if mj is not None:
-        _copy_tree(mj, out / "mathjax")
-        urls["mathjax"] = "mathjax/MathJax.js" + MATHJAX_CONFIG
-    else:
-        urls["offline"] = False
-        print("notice: jupyter-server-mathjax is not installed; the math loads from a CDN")
+    """Put MathJax 2 (of jupyter-server-mathjax) and, for slides, reveal.js next to the output;
+    return the URLs that load them from there, so that the files work without a network."""
+    copy = functools.partial(shutil.copytree, dirs_exist_ok=True,
+                             ignore=shutil.ignore_patterns("*.map", "*.esm.js", "*.scss"))
+    copy(_package_dir("jupyter_server_mathjax", "static"), out / "mathjax")
     if slides:
-        rv = reveal_dir()
-        if rv is not None:
-            (out / "reveal.js").mkdir(parents=True, exist_ok=True)
-            _copy_tree(rv / "dist", out / "reveal.js" / "dist")
-            _copy_tree(rv / "plugin" / "notes", out / "reveal.js" / "plugin" / "notes")
-            shutil.copy2(rv / "LICENSE", out / "reveal.js" / "LICENSE")
-            urls["reveal"] = "reveal.js"
-        else:
-            urls["offline"] = False
-            print("notice: sphinx-revealjs is not installed; the decks load reveal.js from a CDN "
-                  "and need the network when presented")
-    return urls
+        for part in ("dist", "plugin/notes"):
+            copy(reveal_dir() / part, out / "reveal.js" / part)
+        shutil.copy2(reveal_dir() / "LICENSE", out / "reveal.js" / "LICENSE")
+    return {"mathjax": "mathjax/MathJax.js" + MATHJAX_CONFIG, "reveal": "reveal.js"}
 
 
 def hardware_of(nb) -> str:
@@ -187,7 +164,7 @@ def build(kind: str, notebooks: list[Path], out: Path, source_dir: Path,
             rows.append({"file": target.name, "notebook": path.name, "title": title,
                          "hardware": hardware, "executed": executed,
                          "slides": sum(map(nbmeta.starts_slide, cells))})
-    write_index(out, kind, rows, summary, urls["offline"])
+    write_index(out, kind, rows, summary)
     return rows
 
 
@@ -219,8 +196,7 @@ def describe_hardware(hw) -> str:
     return "\n".join(lines)
 
 
-def write_index(out: Path, kind: str, rows: list[dict], summary: Path | None,
-                offline: bool) -> Path:
+def write_index(out: Path, kind: str, rows: list[dict], summary: Path | None) -> Path:
     """index.html: every notebook, its link, how its run went, and the hardware it ran on."""
     import jinja2  # nbconvert's; autoescape: notebook titles and errors are text, not HTML
     report = read_summary(summary)
@@ -233,7 +209,7 @@ def write_index(out: Path, kind: str, rows: list[dict], summary: Path | None,
                          else f" ran in {run.get('seconds', 0):.1f} s")
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True)
     body = env.get_template("d2l_index.html.j2").render(
-        what="slides" if kind == "slides" else "pages", offline=offline, report=report,
+        what="slides" if kind == "slides" else "pages", report=report,
         machine=describe_hardware(report.get("hardware")), rows=rows)
     path = out / "index.html"
     path.write_text(body + "\n", encoding="utf-8")
