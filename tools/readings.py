@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a file, or as python -m tools.readings
     sys.path.insert(0, str(ROOT))
 from tools.alarms import output_texts  # noqa: E402
-from tools.report import EXECUTED, NOTEBOOKS, report  # noqa: E402
+from tools.report import EXECUTED, notebook_args, report  # noqa: E402
 
 DEFAULT_OUT = ROOT / "build" / "readings"
 BUDGET_S = {"class": 60.0}          # seconds per notebook in the class profile ...
@@ -151,11 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         if args.runs < 1:
             parser.error("--runs must be 1 or more (one run: compare it later with --compare)")
-        paths = [p.resolve() for p in args.notebooks] or sorted(NOTEBOOKS.glob("*.ipynb"))
-        missing = [str(p) for p in paths if not p.exists()]
-        if missing:
-            parser.error(f"no such notebook: {', '.join(missing)}")
-        folders, seconds, failed = run(paths, args.out.resolve() / args.profile,
+        folders, seconds, failed = run(notebook_args(parser, args.notebooks), args.out.resolve() / args.profile,
                                        args.profile, args.runs, args.cell_timeout)
         print(f"\nrun times ({args.profile}):", *budget_lines(seconds, args.profile),
               sep="\n")

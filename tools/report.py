@@ -266,11 +266,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deadline", type=float, default=None, help="a time.time() value: "
                         "interrupt the notebook running then and start no other (default: none)")
     args = parser.parse_args(argv)
-    paths = [p.resolve() for p in args.notebooks] or sorted(NOTEBOOKS.glob("*.ipynb"))
+    return report(notebook_args(parser, args.notebooks), args.out, args.cell_timeout,
+                  deadline=args.deadline)
+
+
+def notebook_args(parser: argparse.ArgumentParser, given: list[Path]) -> list[Path]:
+    """The notebooks named on a command line, or every notebooks/*.ipynb; exit if one is not."""
+    paths = [p.resolve() for p in given] or sorted(NOTEBOOKS.glob("*.ipynb"))
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
         parser.error(f"no such notebook: {', '.join(missing)}")
-    return report(paths, args.out, args.cell_timeout, deadline=args.deadline)
+    return paths
 
 
 if __name__ == "__main__":
