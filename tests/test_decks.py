@@ -10,6 +10,7 @@ D2L_DECK_NOTEBOOKS=DIR checks notebooks already executed there (e.g. build/repor
 Skipped without Chromium.
 """
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -64,7 +65,7 @@ def test_every_slide_fits_at_1280x720_and_has_its_notes(decks, browser, path):
     assert not problems, f"{len(problems)} problems:\n" + "\n".join(problems)
 
 
-def test_the_check_sees_a_slide_that_overflows_or_has_no_notes(tmp_path, monkeypatch):
+def test_the_check_sees_a_slide_that_overflows_or_has_no_notes(tmp_path, monkeypatch, browser):
     tall = "\n".join(f"<p>line {i}</p>" for i in range(60))
     wide = "<pre>" + "x" * 400 + "</pre>"
     note = '<aside class="notes">Say this.</aside>'
@@ -85,11 +86,14 @@ def test_the_check_sees_a_slide_that_overflows_or_has_no_notes(tmp_path, monkeyp
         <script>Reveal.initialize({{width: 960, height: 700, center: false,
                                     plugins: [RevealNotes]}});</script>
         </body></html>""")
-    problems = deckcheck.check([deck])
-    assert len(problems) == 3, problems
+    # The command line, in a process of its own: Playwright's sync API does not nest in one.
+    run = subprocess.run([sys.executable, "-m", "tools.deckcheck", str(deck)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    problems = run.stdout.splitlines()
+    assert run.returncode == 1 and len(problems) == 3, run.stdout + run.stderr
     assert "slide 2.1 (too tall): content" in problems[0]
     assert "slide 3.1 (too wide): a line cut" in problems[1]
     assert "slide 4.1 (silent): no speaker notes" in problems[2]
     monkeypatch.setattr(deckcheck, "MAX_SLIDES", 5)
-    problems = deckcheck.check([deck])
+    problems = deckcheck.check_deck(browser, deck)
     assert "bad.slides.html: 6 slides, more than 5 for one lecture" in problems[0]

@@ -20,7 +20,8 @@ def find_chromium() -> str | None:
 
 @contextlib.contextmanager
 def chromium_page(width: int = 1280, height: int = 800):
-    """A Playwright page of a fresh headless Chromium; `page.errors` lists its script errors."""
+    """A Playwright page of a fresh headless Chromium; `page.errors` lists its script errors.
+    One at a time in a process: Playwright's sync API does not nest."""
     executable = find_chromium()
     if executable is None:
         raise FileNotFoundError("no Chromium found: install Debian's `chromium` package "
