@@ -181,19 +181,11 @@ def read_summary(summary: Path | None) -> dict:
 
 
 def describe_hardware(hw) -> str:
-    """One line per part of a dx.hardware_report(verbose=False) dictionary."""
+    """One line per part of a dx.hardware_report(verbose=False) dictionary, as it prints them."""
     if not isinstance(hw, dict):
         return str(hw or "")
-    gib = 1024 ** 3
-    lines = [f"CPU: {hw.get('cpu')}, {hw.get('cores')} cores ({hw.get('logical_cores')} logical)"]
-    if hw.get("ram_total"):
-        lines.append(f"RAM: {hw['ram_total'] / gib:.1f} GiB")
-    for acc in hw.get("accelerators") or []:
-        lines.append(f"{acc.get('device')}: {acc.get('name')}, {acc.get('memory', 0) / gib:.1f} GiB")
-    if not hw.get("accelerators"):
-        lines.append("GPU: none")
-    lines.append(f"torch {hw.get('torch')}, profile {hw.get('profile')}")
-    return "\n".join(lines)
+    from d2l_extras.hardware import hardware_rows
+    return "\n".join(f"{label}: {text}" for label, text in hardware_rows(hw))
 
 
 def write_index(out: Path, kind: str, rows: list[dict], summary: Path | None) -> Path:
