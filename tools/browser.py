@@ -1,5 +1,5 @@
-"""The system's headless Chromium, driven by Playwright: tests/test_browser.py and tools/deckcheck.py
-open the slides and pages in it as a person would. Playwright downloads no browser here: it
+"""The system's headless Chromium, driven by Playwright: tests/test_browser.py and
+tools/deckcheck.py open the slides and pages in it as a person would. Playwright downloads no browser here: it
 launches Debian's `chromium` (or CHROMIUM=path), so nothing reaches the network.
 
     with chromium_page() as page:

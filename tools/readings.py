@@ -151,8 +151,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         if args.runs < 1:
             parser.error("--runs must be 1 or more (one run: compare it later with --compare)")
-        folders, seconds, failed = run(notebook_args(parser, args.notebooks), args.out.resolve() / args.profile,
-                                       args.profile, args.runs, args.cell_timeout)
+        folders, seconds, failed = run(notebook_args(parser, args.notebooks),
+                                       args.out.resolve() / args.profile, args.profile,
+                                       args.runs, args.cell_timeout)
         print(f"\nrun times ({args.profile}):", *budget_lines(seconds, args.profile),
               sep="\n")
     if len(folders) < 2:
