@@ -17,9 +17,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_slides import PART2, SECTIONS, build  # noqa: E402
-from tools.browser import Browser, find_chromium  # noqa: E402
+from tools.browser import chromium_page, find_chromium, wait_for  # noqa: E402
 
-pytest.importorskip("websocket", reason="websocket-client is not installed (requirements.txt)")
+pytest.importorskip("playwright", reason="playwright is not installed (requirements.txt)")
 needs_chromium = pytest.mark.skipif(
     find_chromium() is None,
     reason="no Chromium installed: apt-get install -y chromium (Debian) runs this test")
@@ -46,16 +46,16 @@ def loaded_images(browser):
 
 def typeset_math(browser):
     """Wait for MathJax to finish; return how many formulas it typeset."""
-    return browser.wait_for(
-        "window.MathJax && MathJax.Hub && MathJax.Hub.queue.pending === 0 && "
-        "document.querySelectorAll('.MathJax').length", timeout=20)
+    return wait_for(
+        browser, "window.MathJax && MathJax.Hub && MathJax.Hub.queue.pending === 0 && "
+        "document.querySelectorAll('.MathJax').length", 20)
 
 
 def shot(browser, name):
     folder = os.environ.get("D2L_SCREENSHOTS")
     if folder:
         Path(folder).mkdir(parents=True, exist_ok=True)
-        browser.screenshot(Path(folder) / name)
+        browser.screenshot(path=Path(folder) / name)
 
 
 @pytest.fixture(scope="module")
@@ -66,9 +66,9 @@ def site(tmp_path_factory):
 
 @needs_chromium
 def test_deck_has_a_slide_per_section_with_its_pictures(site):
-    with Browser() as browser:
-        browser.open((site["slides"] / "demo.slides.html").as_uri())
-        assert browser.wait_for("window.Reveal && Reveal.isReady()"), \
+    with chromium_page() as browser:
+        browser.goto((site["slides"] / "demo.slides.html").as_uri())
+        assert wait_for(browser, "window.Reveal && Reveal.isReady()"), \
             f"reveal.js did not start; errors: {browser.errors}"
         assert browser.evaluate("Reveal.getHorizontalSlides().length") == SECTIONS
         # Sub-slides (the plot, the long code cell) sit below their section, as nbmeta cut them.
@@ -94,14 +94,14 @@ def test_deck_has_a_slide_per_section_with_its_pictures(site):
 
 @needs_chromium
 def test_page_shows_outputs_pictures_and_math(site):
-    with Browser(height=1200) as browser:
-        browser.open((site["html"] / "demo.html").as_uri())
+    with chromium_page(height=1200) as browser:
+        browser.goto((site["html"] / "demo.html").as_uri())
         images = loaded_images(browser)
         assert len(images) == 2, f"expected the Markdown figure and the plot, got {images}"
         assert typeset_math(browser) >= 2, "MathJax did not typeset the formulas"
         assert "Test CPU" in browser.evaluate("document.body.innerText")
         shot(browser, "page.png")
-        browser.open((site["html"] / "index.html").as_uri())
+        browser.goto((site["html"] / "index.html").as_uri())
         assert browser.evaluate("document.links.length") >= 1
         shot(browser, "index.png")
         assert not real_errors(browser.errors), browser.errors
@@ -114,14 +114,15 @@ def test_chromium_can_be_named_and_its_absence_is_explained(monkeypatch, tmp_pat
     monkeypatch.setenv("PATH", str(tmp_path))  # nothing to find
     assert find_chromium() is None
     with pytest.raises(FileNotFoundError, match="apt-get install -y chromium"):
-        Browser()
+        with chromium_page():
+            pass
 
 
 @needs_chromium
 def test_a_script_error_is_reported(tmp_path):
     page = tmp_path / "broken.html"
     page.write_text("<html><body><script>undefined_function();</script></body></html>")
-    with Browser() as browser:
-        browser.open(page.as_uri())
+    with chromium_page() as browser:
+        browser.goto(page.as_uri())
         assert browser.evaluate("1 + 1") == 2
     assert any("undefined_function" in e for e in browser.errors), browser.errors

@@ -280,15 +280,16 @@ def test_index_shows_the_report_summary(tmp_path):
     summary.write_text(json.dumps({
         "profile": "ci", "generated": "2026-01-01T00:00:00+00:00", "total_seconds": 12.5,
         "hardware": {"cpu": "Summary CPU", "cores": 2, "logical_cores": 2, "accelerators": [],
-                     "torch": "2.x", "profile": "ci", "ram_total": 2 ** 34},
+                     "torch_threads": 2, "torch": "2.x", "cuda_build": None, "profile": "ci",
+                     "ram_total": 2 ** 34, "ram_available": 2 ** 33},
         "notebooks": [{"notebook": "demo", "seconds": 3.25, "error": None}]}))
     rows = [{"file": "demo.html", "notebook": "demo.ipynb", "title": "Demo", "hardware": "hw"}]
-    index = nbsite.write_index(tmp_path, "html", rows, summary, offline=True).read_text()
+    index = nbsite.write_index(tmp_path, "html", rows, summary).read_text()
     assert "Summary CPU" in index and "ran in 3.2 s" in index and "<code>ci</code>" in index
     rows[0]["notebook"] = "other.ipynb"
     summary.write_text(json.dumps({"notebooks": [{"notebook": "other.ipynb", "seconds": 1,
                                                   "error": "cell 3: ValueError: boom"}]}))
-    index = nbsite.write_index(tmp_path, "html", rows, summary, offline=True).read_text()
+    index = nbsite.write_index(tmp_path, "html", rows, summary).read_text()
     assert "FAILED: cell 3: ValueError: boom" in index
 
 

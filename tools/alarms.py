@@ -41,16 +41,18 @@ ALARM_PATTERNS: list[tuple[str, re.Pattern, str]] = [
 ]
 
 
-def output_texts(outputs: Iterable[Mapping]) -> list[str]:
-    """Return the text a student sees in a cell's outputs: streams (stdout and stderr) and text/plain."""
+def output_texts(outputs: Iterable[Mapping], streams=("stdout", "stderr"), results: bool = True,
+                 errors: bool = True) -> list[str]:
+    """Return the text a student sees in a cell's outputs: the `streams`, the text/plain of its
+    `results` (not of a plot: a Figure's repr) and, with `errors`, the tracebacks."""
     texts = []
     for out in outputs:
-        kind = out.get("output_type")
-        if kind == "stream":
+        kind, data = out.get("output_type"), out.get("data", {})
+        if kind == "stream" and out.get("name") in streams:
             text = out.get("text", "")
-        elif kind in ("display_data", "execute_result"):
-            text = out.get("data", {}).get("text/plain", "")
-        elif kind == "error":
+        elif kind in ("display_data", "execute_result") and results and "image/png" not in data:
+            text = data.get("text/plain", "")
+        elif kind == "error" and errors:
             text = "\n".join(out.get("traceback", []))
         else:
             continue

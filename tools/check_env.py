@@ -31,7 +31,9 @@ NEEDS = {
     "gpu-check": RUN + [("nbclient", "nbclient"), ("nbformat", "nbformat"), ("pytest", "pytest"),
                         ("pytest_timeout", "pytest-timeout")],
     # make slides / make html: the report's run, then nbconvert's exporters
-    "site": RUN + [("nbclient", "nbclient"), ("nbformat", "nbformat"), ("nbconvert", "nbconvert")],
+    "site": RUN + [("nbclient", "nbclient"), ("nbformat", "nbformat"), ("nbconvert", "nbconvert"),
+                   ("sphinx_revealjs", "sphinx-revealjs"),
+                   ("jupyter_server_mathjax", "jupyter-server-mathjax")],
 }
 
 

@@ -98,17 +98,6 @@ def make_env(env: Path, python: str, requirements: list[str], log) -> Path:
     return env_python(env)
 
 
-# What uv and pip print when no package index can be reached (no network, no DNS, no proxy).
-_OFFLINE = re.compile(r"dns error|Temporary failure in name resolution|Network is unreachable|"
-                      r"tcp connect error|Connection refused|No route to host|"
-                      r"Failed to establish a new connection", re.IGNORECASE)
-
-
-def offline_reason(log: str) -> str | None:
-    """The line of an install's log that says no package index answered, or None."""
-    return next((line.strip() for line in log.splitlines() if _OFFLINE.search(line)), None)
-
-
 def package_copy(dest: Path) -> Path:
     """A copy of what pip needs to install d2l_extras, so the install writes nothing here."""
     shutil.rmtree(dest, ignore_errors=True)
@@ -197,27 +186,23 @@ def lone_run_problems(executed: Path, reference: Path | None = None,
     return problems
 
 
-def reference_run(notebook: Path, target: Path) -> Path:
-    """`notebook` run in this interpreter, from the checkout, in the ci profile."""
-    from tools.report import execute_notebook
-
-    # os.environ as it is: under USE_CURRENT_ENV=1 its PYTHONPATH is how d2l_extras imports.
-    error = execute_notebook(notebook, target, {**os.environ, "D2L_PROFILE": "ci"},
-                             cell_timeout=900)
-    if error:
-        raise RuntimeError(f"{notebook.name} fails in the checkout too: {error}")
-    return target
-
-
-def execute(notebook: Path, target: Path) -> int:
-    """Inside a hosted environment: run `notebook` in a kernel of this Python, save `target`."""
+def execute(notebook: Path, target: Path, **env: str) -> str | None:
+    """Run `notebook` in a kernel of this Python (in a hosted environment: its own), with
+    os.environ and `env`; save it as `target`; return the error or None."""
     try:
         from tools.report import execute_notebook
     except ImportError:  # run as a script: tools/ is on the path, this checkout is not
         from report import execute_notebook
-    error = execute_notebook(notebook, target, dict(os.environ), cell_timeout=900)
-    print(error or "ok")
-    return 1 if error else 0
+    # os.environ as it is: under USE_CURRENT_ENV=1 its PYTHONPATH is how d2l_extras imports.
+    return execute_notebook(notebook, target, {**os.environ, **env}, cell_timeout=900)
+
+
+def reference_run(notebook: Path, target: Path) -> Path:
+    """`notebook` run in this interpreter, from the checkout, in the ci profile."""
+    error = execute(notebook, target, D2L_PROFILE="ci")
+    if error:
+        raise RuntimeError(f"{notebook.name} fails in the checkout too: {error}")
+    return target
 
 
 def compat(python: str, versions: list[str], out: Path, hosted: bool = True) -> int:
@@ -274,7 +259,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["execute"]:
         if len(argv) != 3:
             raise SystemExit("usage: python tools/compat.py execute NOTEBOOK TARGET")
-        return execute(Path(argv[1]), Path(argv[2]))
+        error = execute(Path(argv[1]), Path(argv[2]))
+        print(error or "ok")
+        return 1 if error else 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--python", default="python3.12",
                         help="the Python of every environment (default: python3.12)")

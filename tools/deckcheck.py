@@ -18,9 +18,9 @@ import sys
 from pathlib import Path
 
 try:
-    from tools.browser import Browser
+    from tools.browser import chromium_page, wait_for
 except ImportError:  # run as a script: tools/ is on sys.path
-    from browser import Browser
+    from browser import chromium_page, wait_for
 
 MAX_SLIDES = 35  # one lecture part
 
@@ -49,13 +49,14 @@ MEASURE = """(() => {
 })()"""
 
 
-def check_deck(browser: Browser, deck: Path) -> list[str]:
-    """Visit every slide of one deck; return one line per slide that does not fit."""
-    browser.open(deck.resolve().as_uri())
-    if not browser.wait_for("window.Reveal && Reveal.isReady()", timeout=30):
+def check_deck(browser, deck: Path) -> list[str]:
+    """Visit every slide of one deck (a page of tools.browser); one line per slide that does
+    not fit."""
+    browser.goto(deck.resolve().as_uri())
+    if not wait_for(browser, "window.Reveal && Reveal.isReady()", 30):
         return [f"{deck.name}: reveal.js did not start ({browser.errors[:2]})"]
     browser.evaluate("Reveal.configure({transition: 'none', backgroundTransition: 'none'})")
-    browser.wait_for("!window.MathJax || !MathJax.Hub || MathJax.Hub.queue.pending === 0", 20)
+    wait_for(browser, "!window.MathJax || !MathJax.Hub || MathJax.Hub.queue.pending === 0", 20)
     stacks = browser.evaluate("Reveal.getHorizontalSlides().map("
                               "h => Math.max(1, h.querySelectorAll(':scope > section').length))")
     problems, total = [], sum(stacks)
@@ -75,7 +76,7 @@ def check_deck(browser: Browser, deck: Path) -> list[str]:
 def check(decks: list[Path], width: int = 1280, height: int = 720) -> list[str]:
     """Every problem of every deck, opened at width x height."""
     problems = []
-    with Browser(width=width, height=height) as browser:
+    with chromium_page(width, height) as browser:
         for deck in decks:
             problems += check_deck(browser, deck)
     return problems

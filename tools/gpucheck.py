@@ -2,24 +2,15 @@
 
     python -m tools.gpucheck [--out build/gpu-check] [--deadline 420] [--dry]
 
-The notebooks run in three lanes at once (09 alone, 06-08, 00-05), each a `tools.report` process
-in the profile GPU_CHECK_PROFILE (default class: a GPU's own sizes), sharing one cold Inductor
-and Triton cache. A fourth lane runs the tests only a GPU can run (`pytest -m gpu`) and the probes
-(`tools.gpuprobes`). At the deadline (seconds from the start) the cell still running is
-interrupted and the notebooks after it are not started; each is reported with what it had.
-At most 8 files land in OUT, none in a folder:
-
-    summary.md, summary.json  the GPU and software; each notebook's status, seconds, first error
-                              and recorded figures; the tests; each probe's figure
-    notebooks.tar.gz          the executed notebooks
-    logs.tar.gz               each lane's log (nbclient, torchrun workers, NCCL_DEBUG=WARN),
-                              each notebook's stderr (Dynamo recompiles and graph breaks), pytest
-    trace.json.gz             a Kineto trace of one training step (chrome://tracing, Perfetto)
-    env.txt                   versions, torch.cuda.get_arch_list(), nvidia-smi -q
-
-The summary is written also when something failed; the exit status is then 1. Without a GPU it
-stops at once (status 2) unless --dry (GPU_CHECK_DRY=1), which hides CUDA and runs the same lanes
-in the ci profile, so that the harness itself is tested on a CPU.
+The notebooks run in three lanes at once (09; 06-08; 00-05), each a `tools.report` process in
+GPU_CHECK_PROFILE (default class), sharing one Inductor and Triton cache; a fourth lane runs
+`pytest -m gpu` and `tools.gpuprobes`. At the deadline the running cell is interrupted and later
+notebooks are not started. OUT gets 6 flat files: summary.md and summary.json (GPU, software,
+each notebook's status, time, first error and figures, the tests, the probes), notebooks.tar.gz,
+logs.tar.gz (lane logs with NCCL_DEBUG=WARN, each notebook's stderr: Dynamo recompiles and
+graph breaks), trace.json.gz (Kineto, one training step) and env.txt (versions, arch list,
+nvidia-smi -q). Exit status 1 if anything failed; without a GPU 2, unless --dry
+(GPU_CHECK_DRY=1) hides CUDA and runs the same lanes in the ci profile, to test the harness.
 """
 from __future__ import annotations
 
@@ -37,6 +28,7 @@ import threading
 import time
 from pathlib import Path
 
+from tools.alarms import output_texts
 from tools.report import _cell, _hardware, render_figures, render_hardware
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,19 +97,14 @@ class Lane:
         import psutil
         if not self.process or self.process.poll() is not None:
             return
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             family = [psutil.Process(self.process.pid)]
             family += family[0].children(recursive=True)
-        except psutil.NoSuchProcess:
-            return
-        for p in family:
-            with contextlib.suppress(psutil.Error):
-                p.terminate()
-        _, alive = psutil.wait_procs(family, timeout=10)
-        for p in alive:
-            with contextlib.suppress(psutil.Error):
-                p.kill()
-        psutil.wait_procs(alive, timeout=5)
+            for signal in ("terminate", "kill"):
+                for p in family:
+                    with contextlib.suppress(psutil.Error):
+                        getattr(p, signal)()
+                _, family = psutil.wait_procs(family, timeout=10)
 
 
 def run_lanes(lanes: list[Lane], until: float) -> list[str]:
@@ -196,14 +183,10 @@ def pytest_result(log: Path, first: bool = False) -> str:
 
 def notebook_stderr(path: Path) -> str:
     """The stderr streams of an executed notebook (Dynamo's logs, NCCL warnings), by cell."""
-    nb = json.loads(path.read_text(encoding="utf-8"))
-    parts = []
-    for i, cell in enumerate(nb.get("cells", [])):
-        text = "".join("".join(o.get("text", "")) for o in cell.get("outputs", [])
-                       if o.get("output_type") == "stream" and o.get("name") == "stderr")
-        if text:
-            parts.append(f"--- cell {i}\n{text}")
-    return "\n".join(parts)
+    cells = json.loads(path.read_text(encoding="utf-8")).get("cells", [])
+    texts = [(i, "".join(output_texts(c.get("outputs", []), ("stderr",), False, False)))
+             for i, c in enumerate(cells)]
+    return "\n".join(f"--- cell {i}\n{text}" for i, text in texts if text)
 
 
 def pack(out: Path, work: Path) -> None:
@@ -256,8 +239,7 @@ def check(out: Path, deadline: float, dry: bool, profile: str, unit: str = "",
             work / "logs" / "checks.log", env))
         print(f"gpu-check: {gpus} GPU(s){', CUDA hidden (dry run)' if dry else ''}, profile "
               f"{profile}, lanes {', '.join(lane.name for lane in lanes)}; "
-              f"deadline {deadline:.0f} s",
-              flush=True)
+              f"deadline {deadline:.0f} s", flush=True)
         stopped = run_lanes(lanes, start + deadline + GRACE)
         os.environ.update(D2L_PROFILE=profile, D2L_EXPECT_GPUS=str(gpus))
         hw, _ = _hardware()

@@ -15,6 +15,11 @@ from d2l_extras.compiler import gpu_compile_rule
 from d2l_extras.hardware import cuda_arch_supported
 from d2l_extras.hwbench import tensor_core_dtypes
 
+try:
+    from tools.hosted import replace_block
+except ImportError:  # run from tools/nbmeta.py as a script: tools/ is on sys.path
+    from hosted import replace_block
+
 START, END = "<!-- gpu support: start -->", "<!-- gpu support: end -->"
 
 # (the GPUs, their compute capability, where a student meets them)
@@ -70,7 +75,4 @@ def table() -> str:
 
 def update_readme(text: str) -> str:
     """`text` (the README) with the table between the GPU-support markers regenerated."""
-    start, end = text.find(START), text.find(END)
-    if start < 0 or end < start:
-        raise ValueError(f"README.md has no {START} ... {END} block")
-    return f"{text[:start]}{START}\n{table()}\n{text[end:]}"
+    return replace_block(text, START, END, table())

@@ -67,12 +67,6 @@ def project() -> dict:
     return {"url": url, "repo": match.group(1), "tag": "v" + meta["version"]}
 
 
-def archive(info: dict | None = None) -> str:
-    """The release's source archive, which pip installs without git (the set-up cell's default)."""
-    info = info or project()
-    return f"{info['url']}/archive/{info['tag']}.zip"
-
-
 def badges(path: str, info: dict | None = None) -> str:
     """Markdown with the three launch badges for the repository file `path`."""
     info = info or project()
@@ -185,8 +179,12 @@ def readme_table(notebooks: list[Path], info: dict | None = None) -> str:
 
 def update_readme(text: str, notebooks: list[Path], info: dict | None = None) -> str:
     """`text` (the README) with the table between the launch-badge markers regenerated."""
-    start, end = text.find(README_START), text.find(README_END)
+    return replace_block(text, README_START, README_END, readme_table(notebooks, info))
+
+
+def replace_block(text: str, start_mark: str, end_mark: str, block: str) -> str:
+    """`text` with what stands between two marker lines replaced by `block`."""
+    start, end = text.find(start_mark), text.find(end_mark)
     if start < 0 or end < start:
-        raise ValueError(f"README.md has no {README_START} ... {README_END} block")
-    table = readme_table(notebooks, info)
-    return f"{text[:start]}{README_START}\n{table}\n{text[end:]}"
+        raise ValueError(f"README.md has no {start_mark} ... {end_mark} block")
+    return f"{text[:start]}{start_mark}\n{block}\n{text[end:]}"

@@ -3,31 +3,19 @@
     python tools/nbmeta.py notebooks/*.ipynb          # rewrite the notebooks in place
     python tools/nbmeta.py --check notebooks/*.ipynb  # exit 1 and list what would change
 
-The slides (`make slides`, and the RISE slideshow in `make lab`) are cut from this metadata, so it
-is derived from the cells themselves and rerun whenever a notebook changes:
-- a Markdown cell that starts with a `#` or `##` heading starts a new slide (one per section);
-- a `###` heading, or a cell that would overfill the current slide, starts a sub-slide (reveal.js
-  shows sub-slides below their slide: press the down arrow);
-- a code cell that draws a plot gets a sub-slide of its own, and the cell after it starts another,
-  so that a picture is never pushed below the fold by code or prose;
-- a Markdown cell that would bring the current slide's prose above WORDS words starts a
-  sub-slide too (a projected slide holds about 120 words);
-- a cell tagged `no-slide` (imports, set-up, recording figures for `make report`, checks) is left
-  out of the decks: slide type "skip", which nbconvert's slides and RISE both honour; so are the
-  code of a worked solution and the exercise checks that follow it (`dx.check`);
-- a worked solution in Markdown (an answer in words, the quiz's answers) becomes speaker notes
-  ("notes"): the instructor sees it in reveal.js's speaker view, the room does not;
-- every other cell continues the current (sub-)slide ("-").
-A worked solution is a cell with a `BEGIN SOLUTION` ... `END SOLUTION` region, the markers
-nbgrader and otter-grader read (`# BEGIN SOLUTION` in code, `<!-- BEGIN SOLUTION -->` in
-Markdown); it also gets nbgrader's cell metadata, and is collapsed in JupyterLab and Colab until
-the student opens it. `make student` removes the regions (tools/student.py).
-It also adds what a notebook needs to run from its own file on Colab, Kaggle or Studio Lab, all
-generated from pyproject.toml (tools/hosted.py): the launch badges under the title, the set-up
-cell, the platforms' GPU metadata and the figures of images/ embedded in their Markdown cells.
-Running it twice changes nothing, and it rewrites nothing else: the rest of the file keeps its
-bytes, because the file is written back in the same JSON layout it was read in (nbformat's: one
-space of indent, sorted keys, UTF-8).
+The slides (`make slides`, RISE in `make lab`) are cut from this metadata, derived from the cells:
+- a Markdown cell starting with a `#` or `##` heading starts a slide (one per section);
+- a `###` heading, a plot (and the cell after it), a cell that would overfill the slide, or
+  prose past WORDS words (a projected slide holds about 120) starts a sub-slide (down arrow);
+- a cell tagged `no-slide` (set-up, records, checks), the code of a worked solution and the
+  exercise checks after it (`dx.check`) are skipped; a worked solution in Markdown becomes
+  speaker notes; every other cell continues the current (sub-)slide ("-").
+A worked solution is a cell with a `BEGIN SOLUTION` ... `END SOLUTION` region, the markers nbgrader
+and otter-grader read (`# BEGIN SOLUTION`, `<!-- BEGIN SOLUTION -->`); it gets nbgrader's cell
+metadata and is collapsed in JupyterLab and Colab; `make student` removes it (tools/student.py).
+It also adds what a notebook needs to run alone on Colab, Kaggle or Studio Lab, generated from
+pyproject.toml (tools/hosted.py). Running it twice changes nothing, and the file keeps its JSON
+layout (nbformat's: one space of indent, sorted keys, UTF-8), so nothing else changes.
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from the images/ folder beside --source and embedded, so each page is one file p
 from __future__ import annotations
 
 import argparse
-import html
+import functools
 import importlib.util
 import json
 import shutil
@@ -25,64 +25,42 @@ ROOT = Path(__file__).resolve().parents[1]
 TEMPLATES = Path(__file__).resolve().parent / "site" / "templates"
 try:  # the slide rules (nbmeta) and the figures and titles (hosted) live in one place each
     from tools import hosted, nbmeta
+    from tools.alarms import output_texts
 except ImportError:  # run as a script (python tools/nbsite.py): tools/ is on sys.path
     import hosted
     import nbmeta
+    from alarms import output_texts
 
-# Served from the network only when the packages that ship a local copy are missing.
-REVEAL_CDN = "https://unpkg.com/reveal.js@5.2.0"
-MATHJAX_CDN = "https://cdnjs.cloudflare.com/ajax/libs/mathjax/2.7.7/MathJax.js"
 MATHJAX_CONFIG = "?config=TeX-AMS-MML_HTMLorMML-full,Safe"
 
 
-def _package_dir(name: str, *parts: str) -> Path | None:
+def _package_dir(name: str, *parts: str) -> Path:
     """A data directory inside an installed package, without importing the package."""
     spec = importlib.util.find_spec(name)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(next(iter(spec.submodule_search_locations)), *parts)
-    return path if path.is_dir() else None
+    path = spec and spec.submodule_search_locations and Path(
+        next(iter(spec.submodule_search_locations)), *parts)
+    if not path or not path.is_dir():  # the decks and pages never load them from a CDN
+        raise FileNotFoundError(f"{name} is not installed (requirements.txt): it ships the "
+                                "copy of reveal.js or MathJax that the slides and pages use")
+    return path
 
 
-def reveal_dir() -> Path | None:
+def reveal_dir() -> Path:
     """reveal.js as shipped by the pinned sphinx-revealjs package (its dist/ and plugin/)."""
     return _package_dir("sphinx_revealjs", "_static", "revealjs")
 
 
-def mathjax_dir() -> Path | None:
-    """MathJax 2 as shipped by the pinned jupyter-server-mathjax package."""
-    return _package_dir("jupyter_server_mathjax", "static")
-
-
-def _copy_tree(src: Path, dst: Path, skip=("*.map", "*.esm.js", "*.scss")) -> None:
-    if dst.exists():
-        shutil.rmtree(dst)
-    shutil.copytree(src, dst, ignore=shutil.ignore_patterns(*skip))
-
-
 def copy_assets(out: Path, slides: bool) -> dict:
-    """Put reveal.js (for slides) and MathJax next to the output; return the URLs to use."""
-    urls = {"mathjax": MATHJAX_CDN + MATHJAX_CONFIG, "reveal": REVEAL_CDN, "offline": True}
-    mj = mathjax_dir()
-    if mj is not None:
-        _copy_tree(mj, out / "mathjax")
-        urls["mathjax"] = "mathjax/MathJax.js" + MATHJAX_CONFIG
-    else:
-        urls["offline"] = False
-        print("notice: jupyter-server-mathjax is not installed; the math loads from a CDN")
+    """Put MathJax 2 (of jupyter-server-mathjax) and, for slides, reveal.js next to the output;
+    return the URLs that load them from there, so that the files work without a network."""
+    copy = functools.partial(shutil.copytree, dirs_exist_ok=True,
+                             ignore=shutil.ignore_patterns("*.map", "*.esm.js", "*.scss"))
+    copy(_package_dir("jupyter_server_mathjax", "static"), out / "mathjax")
     if slides:
-        rv = reveal_dir()
-        if rv is not None:
-            (out / "reveal.js").mkdir(parents=True, exist_ok=True)
-            _copy_tree(rv / "dist", out / "reveal.js" / "dist")
-            _copy_tree(rv / "plugin" / "notes", out / "reveal.js" / "plugin" / "notes")
-            shutil.copy2(rv / "LICENSE", out / "reveal.js" / "LICENSE")
-            urls["reveal"] = "reveal.js"
-        else:
-            urls["offline"] = False
-            print("notice: sphinx-revealjs is not installed; the decks load reveal.js from a CDN "
-                  "and need the network when presented")
-    return urls
+        for part in ("dist", "plugin/notes"):
+            copy(reveal_dir() / part, out / "reveal.js" / part)
+        shutil.copy2(reveal_dir() / "LICENSE", out / "reveal.js" / "LICENSE")
+    return {"mathjax": "mathjax/MathJax.js" + MATHJAX_CONFIG, "reveal": "reveal.js"}
 
 
 def hardware_of(nb) -> str:
@@ -90,9 +68,8 @@ def hardware_of(nb) -> str:
     the set-up cell, which prints only where it installs something)."""
     for cell in nb.cells:
         if cell.cell_type == "code" and "setup" not in cell.metadata.get("tags", []):
-            text = "".join(out.get("text", "") for out in cell.get("outputs", [])
-                           if out.get("output_type") == "stream")
-            return text.strip()
+            return "".join(output_texts(cell.get("outputs", []), results=False,
+                                        errors=False)).strip()
     return ""
 
 
@@ -187,7 +164,7 @@ def build(kind: str, notebooks: list[Path], out: Path, source_dir: Path,
             rows.append({"file": target.name, "notebook": path.name, "title": title,
                          "hardware": hardware, "executed": executed,
                          "slides": sum(map(nbmeta.starts_slide, cells))})
-    write_index(out, kind, rows, summary, urls["offline"])
+    write_index(out, kind, rows, summary)
     return rows
 
 
@@ -204,76 +181,30 @@ def read_summary(summary: Path | None) -> dict:
 
 
 def describe_hardware(hw) -> str:
-    """One line per part of a dx.hardware_report(verbose=False) dictionary."""
+    """One line per part of a dx.hardware_report(verbose=False) dictionary, as it prints them."""
     if not isinstance(hw, dict):
         return str(hw or "")
-    gib = 1024 ** 3
-    lines = [f"CPU: {hw.get('cpu')}, {hw.get('cores')} cores ({hw.get('logical_cores')} logical)"]
-    if hw.get("ram_total"):
-        lines.append(f"RAM: {hw['ram_total'] / gib:.1f} GiB")
-    for acc in hw.get("accelerators") or []:
-        lines.append(f"{acc.get('device')}: {acc.get('name')}, {acc.get('memory', 0) / gib:.1f} GiB")
-    if not hw.get("accelerators"):
-        lines.append("GPU: none")
-    lines.append(f"torch {hw.get('torch')}, profile {hw.get('profile')}")
-    return "\n".join(lines)
+    from d2l_extras.hardware import hardware_rows
+    return "\n".join(f"{label}: {text}" for label, text in hardware_rows(hw))
 
 
-def write_index(out: Path, kind: str, rows: list[dict], summary: Path | None,
-                offline: bool) -> Path:
+def write_index(out: Path, kind: str, rows: list[dict], summary: Path | None) -> Path:
     """index.html: every notebook, its link, how its run went, and the hardware it ran on."""
-    what = "slides" if kind == "slides" else "pages"
-    hint = ("Keys: arrows move between slides (down: the next part of a long section), "
-            "<kbd>S</kbd> opens the speaker view, <kbd>Esc</kbd> the overview."
-            if kind == "slides" else "Each page shows a notebook with the outputs of one run.")
-    net = "" if offline else "<p><b>These files load reveal.js or MathJax from the network.</b></p>"
+    import jinja2  # nbconvert's; autoescape: notebook titles and errors are text, not HTML
     report = read_summary(summary)
     # tools/report.py names a notebook by its stem ("01-compilers-and-interpreters").
     runs = {Path(str(run.get("notebook"))).stem: run for run in report.get("notebooks", [])
             if isinstance(run, dict)}
-    head = ""
-    if report:
-        head = (f"<h2>The run</h2><p>Profile <code>{html.escape(str(report.get('profile')))}"
-                f"</code>, generated {html.escape(str(report.get('generated')))}, "
-                f"{report.get('total_seconds', 0):.0f} s in all.</p>"
-                f"<pre>{html.escape(describe_hardware(report.get('hardware')))}</pre>")
-    items = []
     for row in rows:
-        hw = row["hardware"] or "(no hardware report in the first output: not executed)"
         run = runs.get(Path(row["notebook"]).stem, {})
-        status = ""
-        if run:
-            status = (f" FAILED: {html.escape(str(run['error']))}" if run.get("error")
-                      else f" ran in {run.get('seconds', 0):.1f} s")
-        items.append(
-            f'<li><a href="{html.escape(row["file"])}">{html.escape(row["title"] or row["notebook"])}'
-            f'</a> <small>({html.escape(row["notebook"])}{status})</small>'
-            f"<pre>{html.escape(hw)}</pre></li>")
-    body = f"""<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<title>Computational Performance: {what}</title>
-<style>
-body {{ font-family: sans-serif; max-width: 60em; margin: 2em auto; padding: 0 1em; }}
-pre {{ background: #f5f5f5; padding: 0.5em; font-size: 0.85em; white-space: pre-wrap; }}
-li {{ margin-bottom: 1em; }}
-</style>
-</head>
-<body>
-<h1>Computational Performance: {what}</h1>
-<p>Built from executed notebooks. Under each one: the hardware it ran on, as its first cell
-reported it. {hint}</p>
-{net}
-{head}
-<ol>
-{chr(10).join(items)}
-</ol>
-</body>
-</html>
-"""
+        row["status"] = ("" if not run else f" FAILED: {run['error']}" if run.get("error")
+                         else f" ran in {run.get('seconds', 0):.1f} s")
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True)
+    body = env.get_template("d2l_index.html.j2").render(
+        what="slides" if kind == "slides" else "pages", report=report,
+        machine=describe_hardware(report.get("hardware")), rows=rows)
     path = out / "index.html"
-    path.write_text(body, encoding="utf-8")
+    path.write_text(body + "\n", encoding="utf-8")
     return path
 
 

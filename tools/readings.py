@@ -7,8 +7,8 @@ A reading is a line a code cell prints (its stdout, and the text of its result).
 masked, with their units (12.5 ms, 3.1 GB/s, 1.52x, 40%), so that only the words are compared:
 "faster" against "within noise", "as predicted" against "misses". A cell whose masked lines
 differ from one run to the next is listed with each variant. Each run executes the notebooks in
-a fresh kernel (as `make report` does) and keeps the executed copies in OUT/run-N/; --compare
-reads such folders (or `make report`'s build/report/notebooks) instead of running anything.
+a fresh kernel (as `make report` does) and keeps the executed copies in OUT/run-N/notebooks/;
+--compare reads such folders (or `make report`'s build/report/notebooks) and runs nothing.
 The run times are listed against the class budgets (60 s a notebook, 90 s for the capstone).
 
 The exit status is 1 when a reading changed or a notebook failed, else 0. Not part of
@@ -21,14 +21,13 @@ import json
 import os
 import re
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a file, or as python -m tools.readings
     sys.path.insert(0, str(ROOT))
-from tools.report import NOTEBOOKS, execute_notebook  # noqa: E402
+from tools.alarms import output_texts  # noqa: E402
+from tools.report import EXECUTED, notebook_args, report  # noqa: E402
 
 DEFAULT_OUT = ROOT / "build" / "readings"
 BUDGET_S = {"class": 60.0}          # seconds per notebook in the class profile ...
@@ -53,20 +52,8 @@ def mask(line: str) -> str:
 
 def cell_lines(cell: dict) -> list[str]:
     """What a code cell printed: stdout lines and the text of its results."""
-    lines = []
-    for out in cell.get("outputs", []):
-        if out.get("output_type") == "stream" and out.get("name") == "stdout":
-            text = out.get("text", "")
-        elif out.get("output_type") in ("execute_result", "display_data"):
-            data = out.get("data", {})
-            if "image/png" in data:   # a plot: its text is only the Figure's repr
-                continue
-            text = data.get("text/plain", "")
-        else:
-            continue
-        text = "".join(text) if isinstance(text, list) else text
-        lines += [line for line in text.splitlines() if line.strip()]
-    return lines
+    texts = output_texts(cell.get("outputs", []), streams=("stdout",), errors=False)
+    return [line for text in texts for line in text.splitlines() if line.strip()]
 
 
 def readings(path: Path) -> dict[int, list[str]]:
@@ -115,24 +102,19 @@ def compare(folders: list[Path]) -> tuple[list[str], int]:
 
 
 def run(paths: list[Path], out: Path, profile: str, runs: int, cell_timeout: float) -> tuple:
-    """Execute the notebooks `runs` times; return the run folders, times and failures."""
+    """Execute the notebooks `runs` times (as make report); return the folders of the executed
+    copies, the run times and the failures."""
+    # Bytecode written, as `make` does: without it every import of torch costs seconds.
+    os.environ.update(D2L_PROFILE=profile, PYTHONDONTWRITEBYTECODE="")
     folders, seconds, failed = [], {}, []
-    with tempfile.TemporaryDirectory(prefix="d2l-readings-") as records:
-        # Bytecode written, as `make` does: without it every import of torch costs seconds.
-        env = {**os.environ, "D2L_PROFILE": profile, "D2L_REPORT_DIR": records,
-               "PYTHONDONTWRITEBYTECODE": ""}
-        for r in range(1, runs + 1):
-            folder = out / f"run-{r}"
-            folders.append(folder)
-            for path in paths:
-                print(f"readings: run {r}/{runs}, {path.name} ...", flush=True)
-                start = time.perf_counter()
-                error = execute_notebook(path, folder / path.name,
-                                         {**env, "D2L_REPORT_NOTEBOOK": path.stem},
-                                         cell_timeout)
-                seconds.setdefault(path.name, []).append(time.perf_counter() - start)
-                if error:
-                    failed.append(f"{path.name} (run {r}): {error}")
+    for r in range(1, runs + 1):
+        print(f"readings: run {r}/{runs}", flush=True)
+        report(paths, out / f"run-{r}", cell_timeout)
+        folders.append(out / f"run-{r}" / EXECUTED)
+        for nb in json.loads((out / f"run-{r}" / "summary.json").read_text())["notebooks"]:
+            seconds.setdefault(nb["notebook"] + ".ipynb", []).append(nb["seconds"])
+            if nb["error"]:
+                failed.append(f"{nb['notebook']} (run {r}): {nb['error']}")
     return folders, seconds, failed
 
 
@@ -169,12 +151,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         if args.runs < 1:
             parser.error("--runs must be 1 or more (one run: compare it later with --compare)")
-        paths = [p.resolve() for p in args.notebooks] or sorted(NOTEBOOKS.glob("*.ipynb"))
-        missing = [str(p) for p in paths if not p.exists()]
-        if missing:
-            parser.error(f"no such notebook: {', '.join(missing)}")
-        folders, seconds, failed = run(paths, args.out.resolve() / args.profile,
-                                       args.profile, args.runs, args.cell_timeout)
+        folders, seconds, failed = run(notebook_args(parser, args.notebooks),
+                                       args.out.resolve() / args.profile, args.profile,
+                                       args.runs, args.cell_timeout)
         print(f"\nrun times ({args.profile}):", *budget_lines(seconds, args.profile),
               sep="\n")
     if len(folders) < 2:

@@ -2,18 +2,13 @@
 
     python -m tools.report [--out build/report] [notebooks/NN-name.ipynb ...]
 
-Each notebook runs top to bottom in a fresh kernel of this very interpreter (sys.executable:
-the project's .venv, or the current environment with USE_CURRENT_ENV=1), in the active profile
-(D2L_PROFILE, default class), with D2L_REPORT_DIR=OUT and D2L_REPORT_NOTEBOOK=its name, so that
-each `dx.record(key, value, unit, note)` lands in OUT/records.jsonl. The notebook's records
-(notebooks/records/NN-name.py, out of the lesson) run in its kernel after its last cell.
-Written under OUT:
-
-    notebooks/NN-name.ipynb   the executed copies (also of failed notebooks, up to the error)
-    records.jsonl             the raw records
-    summary.md, summary.json  the hardware, each notebook's result and run time, its figures
-
-The exit status is 1 when a notebook failed (after the summary is written), else 0.
+Each notebook runs in a fresh kernel of this interpreter (.venv, or the current environment with
+USE_CURRENT_ENV=1), in the active profile, with D2L_REPORT_DIR=OUT and D2L_REPORT_NOTEBOOK=its
+name, so that each `dx.record(key, value, unit, note)` lands in OUT/records.jsonl; its records
+(notebooks/records/NN-name.py, out of the lesson) run in its kernel after its last cell. OUT gets
+the executed copies (notebooks/, failed ones up to the error), records.jsonl, and summary.md and
+summary.json (hardware, each notebook's result, run time and figures). Exit status 1 when a
+notebook failed (after the summary is written).
 """
 from __future__ import annotations
 
@@ -66,7 +61,6 @@ def execute_notebook(source: Path, target: Path, env: dict, cell_timeout: float,
     """
     import nbformat
     from nbclient import NotebookClient
-
     nb = nbformat.read(source, as_version=4)
     records = records_source(source)
     if records:  # run after the last cell, left out of the executed copy
@@ -113,9 +107,7 @@ def _describe(err: Exception, nb) -> str:
 def notebook_alarms(path: Path) -> list[tuple[int, str, str]]:
     """Return (cell index, pattern name, line) for each alarm line in an executed notebook."""
     from tools.alarms import alarm_lines
-
-    with open(path, encoding="utf-8") as f:
-        nb = json.load(f)
+    nb = json.loads(path.read_text(encoding="utf-8"))
     return [(i, name, line) for i, cell in enumerate(nb.get("cells", []))
             for name, line in alarm_lines(cell.get("outputs", []))]
 
@@ -133,17 +125,12 @@ def summarize(runs: list[dict], records: list[dict], hardware: dict | None,
             {k: row.get(k) for k in ("key", "value", "unit", "note")})
     notebooks = [{**run, "records": groups[run["notebook"]]} for run in runs]
     other = {name: rows for name, rows in groups.items() if name not in order}
-    return {
+    return {  # other_records: recorded under a name that is not one of the notebooks run
         "generated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "python": sys.executable,
-        "profile": profile,
-        "hardware": hardware,
-        "hardware_error": hardware_error,
-        "notebooks": notebooks,
-        "other_records": other,  # recorded under a name that is not one of the notebooks run
+        "python": sys.executable, "profile": profile, "hardware": hardware,
+        "hardware_error": hardware_error, "notebooks": notebooks, "other_records": other,
         "failed": [run["notebook"] for run in runs if run.get("error")],
-        "total_seconds": round(sum(run.get("seconds", 0.0) for run in runs), 1),
-    }
+        "total_seconds": round(sum(run.get("seconds", 0.0) for run in runs), 1)}
 
 
 def _value(v) -> str:
@@ -156,16 +143,12 @@ def _cell(text) -> str:
 
 def render_hardware(hardware: dict | None, error: str | None = None) -> list[str]:
     """Markdown lines for a dx.hardware_report(verbose=False) dictionary."""
-    lines = []
-    if error:
-        lines.append(f"**Hardware check failed:** {_cell(error)}")
-        lines.append("")
+    lines = [f"**Hardware check failed:** {_cell(error)}", ""] if error else []
     if not hardware:
         return lines + ["(no hardware report)"]
     from d2l_extras.hardware import hardware_rows
-    rows = hardware_rows(hardware)
-    lines += ["| | |", "| --- | --- |"] + [f"| {k} | {_cell(v)} |" for k, v in rows]
-    return lines
+    return lines + ["| | |", "| --- | --- |"] + [f"| {k} | {_cell(v)} |"
+                                                 for k, v in hardware_rows(hardware)]
 
 
 def render_markdown(summary: dict) -> str:
@@ -178,8 +161,8 @@ def render_markdown(summary: dict) -> str:
     out += ["", "## Notebooks", "", "| notebook | result | run time | figures | alarm lines |",
             "| --- | --- | --- | --- | --- |"]
     for nb in summary["notebooks"]:
-        result = "FAILED" if nb.get("error") else "ok"
-        out.append(f"| {nb['notebook']} | {result} | {nb['seconds']:.1f} s | "
+        out.append(f"| {nb['notebook']} | {'FAILED' if nb.get('error') else 'ok'} | "
+                   f"{nb['seconds']:.1f} s | "
                    f"{len(nb['records'])} | {len(nb.get('alarms', []))} |")
     out.append(f"\nTotal: {summary['total_seconds']:.1f} s. "
                + (f"Failed: {', '.join(summary['failed'])}." if summary["failed"]
@@ -198,8 +181,7 @@ def render_figures(nb: dict) -> list[str]:
     """Markdown lines for one notebook's alarm lines, then a table of its recorded figures."""
     out = [f"- alarm line in cell {cell} ({pattern}): `{_cell(line)}`"
            for cell, pattern, line in nb.get("alarms", [])]
-    if out:
-        out.append("")
+    out += [""] if out else []
     if not nb["records"]:
         return out + ["(no figures recorded)"]
     return out + ["| figure | value | unit | note |", "| --- | --- | --- | --- |"] + [
@@ -281,15 +263,20 @@ def main(argv: list[str] | None = None) -> int:
                         help="output directory (default: build/report, ignored by git)")
     parser.add_argument("--cell-timeout", type=float, default=900,
                         help="seconds one cell may run (default: 900)")
-    parser.add_argument("--deadline", type=float, default=None,
-                        help="a time.time() value: interrupt the notebook running then and "
-                             "start no other (default: none)")
+    parser.add_argument("--deadline", type=float, default=None, help="a time.time() value: "
+                        "interrupt the notebook running then and start no other (default: none)")
     args = parser.parse_args(argv)
-    paths = [p.resolve() for p in args.notebooks] or sorted(NOTEBOOKS.glob("*.ipynb"))
+    return report(notebook_args(parser, args.notebooks), args.out, args.cell_timeout,
+                  deadline=args.deadline)
+
+
+def notebook_args(parser: argparse.ArgumentParser, given: list[Path]) -> list[Path]:
+    """The notebooks named on a command line, or every notebooks/*.ipynb; exit if one is not."""
+    paths = [p.resolve() for p in given] or sorted(NOTEBOOKS.glob("*.ipynb"))
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
         parser.error(f"no such notebook: {', '.join(missing)}")
-    return report(paths, args.out, args.cell_timeout, deadline=args.deadline)
+    return paths
 
 
 if __name__ == "__main__":
