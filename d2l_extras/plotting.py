@@ -5,7 +5,6 @@ import matplotlib.pyplot as plt
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
 from .bands import Band, _band, errorbars
-from .hardware import MiB
 from .timing import Measurement, format_seconds
 
 # Projected, a slide is about 960 px wide: a 7-inch figure at 100 dpi fills most of it, and 12 pt
@@ -211,24 +210,3 @@ def log_axis(ax: plt.Axes, plain: bool = True) -> plt.Axes:
         ax.yaxis.set_minor_formatter(NullFormatter())
     return ax
 
-
-def plot_memory_timeline(timeline, ax: plt.Axes | None = None, title: str | None = None,
-                         label: str = "allocated") -> plt.Axes:
-    """Draw MiB over time from a MemoryTimeline: allocated, reserved (CUDA), shaded phases."""
-    times, allocated = list(timeline.times), list(timeline.allocated)
-    if len(times) != len(allocated) or len(times) < 2:
-        raise ValueError("plot_memory_timeline() needs a timeline with at least one allocation "
-                         "(did the call allocate anything on that device?)")
-    ax = ax or plt.subplots()[1]
-    ax.step(times, [b / MiB for b in allocated], where="post", color="C0", label=label)
-    if timeline.reserved is not None:
-        ax.step(times, [b / MiB for b in timeline.reserved], where="post", color="C3",
-                ls="--", label="reserved")
-    for i, (name, start, end) in enumerate(timeline.phases):
-        ax.axvspan(start, end, color=f"C{i + 4}", alpha=0.15, lw=0, label=name)
-    # Phases are named in the legend, above the curves: short phases never crowd their names.
-    top = max(0, *allocated, *(timeline.reserved or [])) / MiB
-    ax.set(ylim=(0, top * 1.45 or 1), xlim=(0, max(times)), ylabel="MiB above the start",
-           xlabel="time in the step")
-    ax.legend(loc="upper left", ncol=2, fontsize=MIN_POINTS, frameon=False)
-    return _titled(seconds_axis(ax, "x"), title)
