@@ -39,10 +39,8 @@ _EXPORTS = {
     "hwbench": ["dtype_supported", "one_thread_if_busy", "roofline"],
     # models of compute: t = max(overhead, bytes / bandwidth, flops / peak), the roofline
     "perfmodel": [],
-    # memory and precision: where training's memory goes, counted and followed over a step
-    "memory": ["peak_memory", "training_state_bytes"],
-    # ... and number formats, float32 to fp8, by bits, range and step, measured by casting
-    "precision": [],
+    # memory: the most bytes a call allocates (the CPU's from the profiler)
+    "memory": ["peak_memory"],
     # multiple GPUs: data, models, data parallelism (ddp.py runs under torchrun)
     "data": ["load_images"],
     "models": ["resnet18"],
@@ -51,8 +49,9 @@ _EXPORTS = {
     "communication": ["ring_time", "speedup"],
     "ring": ["bus_bandwidth"],
     "kvstore": [],
-    # capstone: a character-level transformer on The Time Machine (notebook 09, its DDP worker)
-    "transformer": ["TinyGPT", "load_text"],
+    # capstone: a character-level transformer on The Time Machine, and its DDP job around
+    # notebook 09's step (capstone.py, generated)
+    "transformer": ["TinyGPT", "capstone_job", "load_text"],
     # exercises: a one-line check of a student's answer (worked solutions, make student)
     "exercises": ["check"],
 }

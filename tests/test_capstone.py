@@ -1,4 +1,4 @@
-"""The capstone's DDP worker: k processes take one process's steps; it times what it sends."""
+"""The capstone's DDP job: notebook 09's step (capstone.py) in k processes takes one's steps."""
 import json
 
 import pytest
@@ -9,28 +9,24 @@ from d2l_extras import capstone
 
 # gloo on the CPU even where GPUs exist, one thread per process: fast and the same everywhere.
 GLOO = {"D2L_BACKEND": "gloo", "CUDA_VISIBLE_DEVICES": ""}
-TINY = ["--batch-size", "8", "--seq-len", "16", "--d-model", "16", "--heads", "2",
-        "--layers", "1", "--threads", "1", "--lr", "0.01"]
+TINY = ["--batch", "8", "--seq_len", "16", "--d_model", "16", "--n_heads", "2",
+        "--n_layers", "1", "--threads", "1", "--lr", "0.01"]
 
 
 @pytest.mark.parametrize("argv, what", [
-    (["--steps", "0"], "steps"), (["--batch-size", "-4"], "batch-size"),
-    (["--lr", "0"], "lr"), (["--d-model", "30", "--heads", "4"], "multiple of --heads"),
-    (["--comm-steps", "-1"], "comm-steps"), (["--share", "0"], "share")])
+    (["--steps", "0"], "steps"), (["--batch", "-4"], "batch"), (["--lr", "0"], "lr"),
+    (["--d_model", "30", "--n_heads", "4"], "multiple of --n_heads"),
+    (["--comm_steps", "-1"], "comm_steps"), (["--share", "0"], "share")])
 def test_bad_arguments_are_refused_with_their_name(capsys, argv, what):
     with pytest.raises(SystemExit):
-        capstone.parse_args(argv)
+        dx.transformer.parse_args(argv)
     assert what in capsys.readouterr().err
 
 
-def test_every_process_count_draws_the_same_global_batches():
-    text = dx.load_text(max_chars=5000)
-    args = capstone.parse_args(TINY)
-    X1, Y1 = capstone.global_batch(text, 3, args)
-    X2, Y2 = capstone.global_batch(text, 3, args)
-    assert torch.equal(X1, X2) and torch.equal(Y1, Y2)
-    assert not torch.equal(X1, capstone.global_batch(text, 4, args)[0])  # a new step, new rows
-    assert X1.shape == (8, 16)
+def test_the_job_reads_the_sizes_the_notebook_passes():
+    sizes = dx.TinyGPT.sizes("cpu")
+    args = dx.transformer.parse_args([f"--{key}={value}" for key, value in sizes.items()])
+    assert {key: getattr(args, key) for key in sizes} == sizes
 
 
 def test_one_process_without_torchrun(monkeypatch, capsys):
@@ -38,31 +34,19 @@ def test_one_process_without_torchrun(monkeypatch, capsys):
                 "MASTER_PORT", "D2L_RESULT_FILE"):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("D2L_BACKEND", "gloo")
-    wrapped = []
-
-    def ddp(*args, **kwargs):  # DDP as it is, its options kept
-        wrapped.append(kwargs)
-        return capstone_ddp(*args, **kwargs)
-    capstone_ddp = capstone.DistributedDataParallel
-    monkeypatch.setattr(capstone, "DistributedDataParallel", ddp)
     threads = torch.get_num_threads()
     try:
-        capstone.main([*TINY, "--steps", "3", "--comm-steps", "1", "--share", "2"])
+        dx.capstone_job(capstone.ddp_trainer,
+                        [*TINY, "--steps", "3", "--comm_steps", "1", "--share", "2"])
     finally:
         torch.set_num_threads(threads)
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert res["processes"] == 1 and len(res["losses"]) == 3
-    # The causal masks are constant buffers: no broadcast of them at every step, under the
-    # switch's name in this torch (forward_sync_buffers from 2.15).
-    switches = [{k: v for k, v in kw.items() if k in ("broadcast_buffers",
-                                                      "forward_sync_buffers")}
-                for kw in wrapped]
-    assert switches == [capstone._NO_BUFFER_SYNC] and False in switches[0].values()
     assert len(res["share_runs"]) >= 4 and min(res["share_runs"] + res["step_runs"]) > 0
 
 
 def test_two_processes_take_the_steps_of_one_and_time_their_allreduce():
-    args = [*TINY, "--steps", "6", "--comm-steps", "2"]
+    args = [*TINY, "--steps", "6", "--comm_steps", "2"]
     one = dx.launch("d2l_extras.capstone", 1, [*args, "--share", "2"], timeout=240,
                     echo=False, env=GLOO).result
     two = dx.launch("d2l_extras.capstone", 2, args, timeout=240, echo=False, env=GLOO).result
