@@ -45,7 +45,7 @@ _EXPORTS = {
     "precision": [],
     # multiple GPUs: data, models, data parallelism (ddp.py runs under torchrun)
     "data": ["load_images"],
-    "models": ["resnet18"],
+    "models": [],
     "parallel": ["allow_tf32", "evaluate_accuracy"],
     # parameter servers: cost model, ring allreduce, sharded key-value store
     "communication": ["ring_time", "speedup"],
