@@ -245,22 +245,19 @@ class Job:
             torch.set_num_threads(args.threads)
         self.args = args
         self.rank, self.world, self.device = init_worker(args.timeout)
-        per_process_batch(args.batch_size, self.world)  # before the data loads: fail early
         pids: list = [None] * self.world  # which processes took part (a check that k ran)
         dist.all_gather_object(pids, os.getpid())
         self.pids = len(set(pids))
         self.no_sync = no_sync_check(self.device) if args.check_no_sync else None
-        # Rank 0 looks for (and may download) the data first; the others read the same set.
-        data = load_images(args.n_train, args.n_test, args.data, verbose=False) \
-            if self.rank == 0 else None
-        choice = [data and data.name]
-        dist.broadcast_object_list(choice, src=0)
-        if self.rank:
-            data = load_images(args.n_train, args.n_test, choice[0], download=False,
-                               verbose=False)
-        elif data.fallback:
+        # Rank 0 looks for (and may download) the data first; the others read the set it chose.
+        data = None if self.rank else load_images(args.n_train, args.n_test, args.data,
+                                                  verbose=False)
+        name = [data and data.name]
+        dist.broadcast_object_list(name, src=0)
+        self.data = data = data or load_images(args.n_train, args.n_test, name[0],
+                                               download=False, verbose=False)
+        if self.rank == 0 and data.fallback:
             notice(data.fallback)
-        self.data = data
         self.device_ids = [self.device] if self.device.type == "cuda" else None  # its GPU
         self.train_loader, self.sampler, self.test_loader = shard_loaders(
             data.train, data.test, args.batch_size, self.world, self.rank, args.seed,
