@@ -43,7 +43,7 @@ _EXPORTS = {
     "memory": ["peak_memory"],
     # multiple GPUs: data, models, data parallelism (ddp.py runs under torchrun)
     "data": ["load_images"],
-    "models": ["resnet18"],
+    "models": [],
     "parallel": ["allow_tf32", "evaluate_accuracy"],
     # parameter servers: cost model, ring allreduce, sharded key-value store
     "communication": ["ring_time", "speedup"],

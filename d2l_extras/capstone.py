@@ -34,8 +34,7 @@ def ddp_trainer(args, rank, k, device):  #@save capstone
 
 
 def main():  #@save capstone
-    """What torchrun runs in each process: options, training, timing."""
-    dx.capstone_job(ddp_trainer)
+    dx.capstone_job(ddp_trainer)  # options, training, timing
 
 
 if __name__ == "__main__":

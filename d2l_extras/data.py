@@ -2,19 +2,17 @@
 
 import contextlib
 import functools
-import gzip
 import importlib.util
 import os
 import pathlib
 import socket
 import threading
 from dataclasses import dataclass
-from unittest import mock
 
 import numpy as np
 import torch
 from torch.nn import functional as F
-from torch.utils.data import DataLoader, Subset, TensorDataset
+from torch.utils.data import DataLoader, TensorDataset
 
 from .checks import whole_number
 from .profiles import by_profile
@@ -22,8 +20,8 @@ from .report import notice as _notice
 
 DATA_ENV = "D2L_DATA_DIR"
 SOURCES = ("auto", "fashion-mnist", "digits")
-FASHION_FILES = {"train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
-                 "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")}
+FASHION_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+                 "t10k-labels-idx1-ubyte")  # unpacked, as torchvision keeps them
 FASHION_HOST = "fashion-mnist.s3-website.eu-central-1.amazonaws.com"
 
 
@@ -32,43 +30,11 @@ def default_sizes() -> tuple[int, int]:
     return by_profile((1024, 300), (12000, 2000), (60000, 10000))
 
 
-def _where(n_train: int | None, n_test: int | None, root: str | os.PathLike | None):
-    # Sizes (None: the profile's), the cache and torchvision's Fashion-MNIST folder in it.
-    default_train, default_test = default_sizes()
-    root = pathlib.Path(root or os.environ.get(DATA_ENV, "").strip() or "~/.cache/d2l-extras")
-    root = root.expanduser()
-    return (whole_number(n_train or default_train, "n_train"),
-            whole_number(n_test or default_test, "n_test"), root, root / "FashionMNIST" / "raw")
-
-
-def read_idx(path: str | os.PathLike) -> np.ndarray:
-    """Read an IDX file (the MNIST format; gzip-compressed when the name ends in .gz)."""
-    path = pathlib.Path(path)
-    data = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
-    # Header: 0, 0, a type code (0x08: unsigned byte), ndim, then ndim big-endian int32 sizes.
-    if len(data) < 4 or data[:3] != b"\x00\x00\x08":
-        raise ValueError(f"{path} is not an IDX file of unsigned bytes (starts {data[:4].hex()!r}, "
-                         "not '000008..')")
-    shape = tuple(map(int, np.frombuffer(data, ">i4", count=data[3], offset=4)))
-    start = 4 + 4 * data[3]
-    if len(data) != start + int(np.prod(shape)):
-        raise ValueError(f"{path} is truncated or corrupt: {len(data)} bytes for a {shape} array")
-    return np.frombuffer(data, np.uint8, offset=start).reshape(shape)
-
-
-def _fashion_files(folder: pathlib.Path, suffixes=("", ".gz")) -> dict | None:
-    # {split: (images, labels) paths}, each file unpacked or gzipped; None if one is missing.
-    paths = {split: [next((folder / f"{n}{x}" for x in suffixes if (folder / f"{n}{x}").exists()),
-                          None) for n in names] for split, names in FASHION_FILES.items()}
-    return None if any(None in pair for pair in paths.values()) else paths
-
-
-def _read_pair(images: pathlib.Path, labels: pathlib.Path) -> tuple[np.ndarray, np.ndarray]:
-    X, y = read_idx(images), read_idx(labels)
-    if X.ndim != 3 or y.ndim != 1 or len(X) != len(y):
-        raise ValueError(f"{images.name} {X.shape} and {labels.name} {y.shape} are not images "
-                         "with one label each: delete the two files to download them again")
-    return X, y
+def _read_fashion(root: pathlib.Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    import torchvision  # imported only here: it takes seconds to import
+    sets = {split: torchvision.datasets.FashionMNIST(str(root), train=split == "train")
+            for split in ("train", "test")}
+    return {split: (d.data.numpy(), d.targets.numpy()) for split, d in sets.items()}
 
 
 @functools.lru_cache  # offline, the network is asked once per process
@@ -129,7 +95,6 @@ class ImageData:
     def loaders(self, batch_size: int, shuffle: bool = True, seed: int = 0
                 ) -> tuple[DataLoader, DataLoader]:
         """Return (train, test) DataLoaders; the training order is reproducible from seed."""
-        whole_number(batch_size, "batch_size")
         return (DataLoader(self.train, batch_size, shuffle=shuffle,
                            generator=torch.Generator().manual_seed(seed)),
                 DataLoader(self.test, batch_size, shuffle=False))
@@ -148,13 +113,17 @@ def load_images(n_train: int | None = None, n_test: int | None = None, source: s
     """Load Fashion-MNIST (cached or downloaded), else the digits; print which, in one line."""
     if source not in SOURCES:
         raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
-    n_train, n_test, root, folder = _where(n_train, n_test, root)
+    default_train, default_test = default_sizes()
+    n_train = whole_number(n_train or default_train, "n_train")
+    n_test = whole_number(n_test or default_test, "n_test")
+    root = pathlib.Path(root or os.environ.get(DATA_ENV, "").strip() or "~/.cache/d2l-extras")
+    root = root.expanduser()
+    folder = root / "FashionMNIST" / "raw"  # where torchvision keeps it
     arrays, why = None, ""
     if source != "digits":
-        if _fashion_files(folder) is None:
+        if not all((folder / name).exists() for name in FASHION_FILES):
             why = _download_fashion(root, timeout) if download else "downloads are switched off"
-        paths = None if why else _fashion_files(folder)
-        arrays = paths and {split: _read_pair(*pair) for split, pair in paths.items()}
+        arrays = None if why else _read_fashion(root)
         if arrays is None and source == "fashion-mnist":
             raise FileNotFoundError(f"Fashion-MNIST is not in {folder} ({why}). Download it there "
                                     f"(or set {DATA_ENV}), or use source='auto' for the digits.")
@@ -171,28 +140,3 @@ def load_images(n_train: int | None = None, n_test: int | None = None, source: s
             _notice(fallback)  # "notice: ...", the first time in this process only
         print(f"{head}; {len(train)} training and {len(test)} test images.")
     return ImageData(name, train, test, fallback)
-
-
-def book_fashion_mnist(batch_size: int, n_train: int | None = None, n_test: int | None = None,
-                       root: str | os.PathLike | None = None
-                       ) -> tuple[DataLoader, DataLoader] | None:
-    """The book's d2l.load_data_fashion_mnist on the cached files; None when they are not there."""
-    whole_number(batch_size, "batch_size")
-    n_train, n_test, root, folder = _where(n_train, n_test, root)
-    if _fashion_files(folder, suffixes=("",)) is None:  # torchvision reads only unpacked files
-        return None
-    import torchvision
-    from d2l import torch as d2l  # imported only here: they take seconds to import
-
-    def dataset(train: bool, **kwargs) -> Subset:
-        # Not the book's "../data" (in the repository): the cache, cut to load_images's subset.
-        data = book(train=train, **kwargs | {"root": str(root), "download": False})
-        n, size = n_train if train else n_test, len(data)
-        return Subset(data, np.random.default_rng(1).permutation(size)[:n].tolist()
-                      if n < size else range(size))
-
-    book = torchvision.datasets.FashionMNIST
-    # The book starts 4 loader processes; more than there are cores only slows it down.
-    with mock.patch.object(torchvision.datasets, "FashionMNIST", dataset), mock.patch.object(
-            d2l, "get_dataloader_workers", lambda: min(4, os.cpu_count() or 1)):
-        return d2l.load_data_fashion_mnist(batch_size)

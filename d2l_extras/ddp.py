@@ -1,10 +1,12 @@
-"""Train the small ResNet-18 with DDP, one process per device (NCCL if each has a GPU, else gloo).
+"""What notebook 07's DDP job (d2l_extras.ddp_job, saved from the notebook) uses around its loop.
 
-Rank 0 prints a line per epoch and saves a result dict; without torchrun it trains alone. With 2
-processes, and on 2 machines with 4 GPUs each (--node-rank=1 on the other; the port must be open):
-    python -m d2l_extras.distributed --nproc-per-node=2 -m d2l_extras.ddp --epochs 2
+The job joins the process group, loads this process's data, times, tests and prints each epoch,
+and measures what the notebook reads (no_sync, a step's timeline, communication). Without
+torchrun it trains alone. With 2 processes, and on 2 machines with 4 GPUs each (--node-rank=1 on
+the other; the port must be open):
+    python -m d2l_extras.distributed --nproc-per-node=2 -m d2l_extras.ddp_job --epochs 2
     python -m torch.distributed.run --nnodes=2 --node-rank=0 --nproc-per-node=4 \\
-        --master-addr=10.0.0.1 --master-port=29500 -m d2l_extras.ddp --epochs 10
+        --master-addr=10.0.0.1 --master-port=29500 -m d2l_extras.ddp_job --epochs 10
 """
 import argparse
 import contextlib
@@ -18,55 +20,23 @@ from typing import Callable, Sequence
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.nn.functional import all_gather, all_reduce
+from torch.distributed.nn.functional import all_gather
 from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 
 from .bands import Band
-from .checks import COUNT, WHOLE, option, positive_number, whole_number
+from .checks import COUNT, WHOLE, option, positive_number
 from .data import SOURCES, default_sizes, load_images
 from .distributed import init_worker, run_worker, worker_device
 from .lessons import Benchmark  # notebook 00 teaches it
-from .models import init_weights, resnet18
+from .models import init_weights
 from .parallel import evaluate_accuracy, even_batch_size, per_process_batch
 from .profiles import by_profile
 from .profiling import TimelineEvent, launch_stacks, profile_trace, trace_events
 from .report import notice
 from .sizes import problem_size
 from .timing import measure_interleaved
-
-
-class GlooSyncBatchNorm2d(nn.BatchNorm2d):
-    """BatchNorm2d whose batch statistics are summed over all processes; works with gloo."""
-
-    def forward(self, X: torch.Tensor) -> torch.Tensor:
-        if not (self.training and dist.is_initialized() and dist.get_world_size() > 1):
-            return super().forward(X)
-        C, shape = X.shape[1], (1, X.shape[1], 1, 1)
-        count = torch.full((1,), X.numel() // C, dtype=X.dtype, device=X.device)
-        # autograd's all_reduce: each input's gradient is summed over the processes too
-        stats = all_reduce(torch.cat([X.sum((0, 2, 3)), (X * X).sum((0, 2, 3)), count]))
-        n = stats[-1]
-        mean = stats[:C] / n
-        var = stats[C:2 * C] / n - mean * mean  # the biased variance normalizes, as in BatchNorm
-        with torch.no_grad():
-            self.num_batches_tracked += 1  # momentum None: a cumulative average, as BatchNorm2d
-            m = self.momentum if self.momentum is not None else 1 / self.num_batches_tracked.item()
-            self.running_mean.lerp_(mean, m)
-            self.running_var.lerp_(var * n / (n - 1).clamp(min=1), m)
-        Y = (X - mean.view(shape)) * torch.rsqrt(var.view(shape) + self.eps)
-        return Y * self.weight.view(shape) + self.bias.view(shape)
-
-
-def sync_batchnorm(net: nn.Module, device: torch.device) -> nn.Module:
-    """Make every BatchNorm2d share its statistics across processes (GPU: nn.SyncBatchNorm)."""
-    if device.type == "cuda":
-        return nn.SyncBatchNorm.convert_sync_batchnorm(net)
-    for module in net.modules():
-        if isinstance(module, nn.BatchNorm2d):  # the same state, a forward that syncs
-            module.__class__ = GlooSyncBatchNorm2d
-    return net
 
 
 def parser(module: str, doc: str, options: Sequence[tuple]) -> argparse.ArgumentParser:
@@ -82,11 +52,10 @@ def parser(module: str, doc: str, options: Sequence[tuple]) -> argparse.Argument
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Parse the command line; unset sizes come from the D2L_PROFILE profile."""
     n_train, n_test = default_sizes()
-    p = parser("d2l_extras.ddp", __doc__, (
+    p = parser("d2l_extras.ddp_job", __doc__, (
         ("epochs", WHOLE, by_profile(3, 5, 10), None), ("seed", int, 0, None),
         ("batch-size", WHOLE, by_profile(64, 128, 256), "global, split over the processes"),
-        ("lr", float, 0.02, None),
-        ("momentum", float, 0.9, "SGD momentum (0: the book's SGD, many more epochs)"),
+        ("lr", float, 0.02, None), ("momentum", float, 0.9, "SGD momentum (0: the book's SGD)"),
         ("width", WHOLE, by_profile(16, 32, 64), "channels of ResNet-18's first stage"),
         ("n-train", WHOLE, n_train, None), ("n-test", WHOLE, n_test, None),
         ("bucket-mb", option(positive_number), 25.0, "gradient buckets in MB (torch's default)"),
@@ -96,18 +65,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
          "and N without (no_sync) gradient sync, and N allreduces alone: result['comm']"),
         ("timeout", float, 300, "seconds any process waits for the others"),
         ("crash-rank", int, -1, "for tests: this rank raises an error after its first step"),
-        ("sync-bn", bool, False, "BatchNorm statistics over the global batch"),
-        ("sync-every-step", bool, False, "loss.item() after each step: the host waits for it"),
+        ("sync-bn", bool, False, "BatchNorm statistics over the global batch (GPUs)"),
         ("profile", bool, False, "rank 0 profiles a step after training: result['timeline']"),
         ("check-no-sync", bool, False, "check no_sync() accumulation against one big batch")))
     p.add_argument("--time-batches", type=WHOLE, nargs="+", default=[], metavar="B",
                    help="with --time-comm: batch sizes per process (default: this one's share)")
     p.add_argument("--data", choices=SOURCES, default="auto",
                    help="auto: Fashion-MNIST when cached or downloadable, else the digits")
-    args = p.parse_args(argv)
-    if args.time_batches and not args.time_comm:
-        p.error("--time-batches needs --time-comm N (how many steps to time)")
-    return args
+    return p.parse_args(argv)
 
 
 def run_sizes(device: str, budget: int | None = None) -> list[str]:
@@ -119,7 +84,6 @@ def run_sizes(device: str, budget: int | None = None) -> list[str]:
 def run_plan(n_gpus: int, batch_size: int, budget: int | None = None) -> SimpleNamespace:
     """Plan 1 vs k processes: n_gpus (>= 2) with ddp_batch each, else 2 CPU ones on batch_size."""
     # args and env of the 1- and k-process runs, sized for their device of `budget` free bytes
-    n_gpus = whole_number(n_gpus, "n_gpus", minimum=0)
     per_gpu = problem_size("ddp_batch", "cuda", budget=budget) if n_gpus else 0
     if worker_device(max(n_gpus, 2), n_gpus=n_gpus).type == "cuda":  # one NCCL process per GPU
         k, batch, device, args, env, gpu_args = n_gpus, n_gpus * per_gpu, "cuda", [], {}, []
@@ -138,9 +102,7 @@ def shard_loaders(train_set: Dataset, test_set: Dataset, batch_size: int, world:
                   seed: int = 0, pin_memory: bool = False
                   ) -> tuple[DataLoader, DistributedSampler, DataLoader]:
     """This rank's training loader (and its sampler) and its share of the test set."""
-    per_process_batch(batch_size, world)
-    if not 0 <= rank < world:
-        raise ValueError(f"rank must be in 0..{world - 1}, got {rank}")
+    per_process_batch(batch_size, world)  # says which batch to use if uneven
     # The sampler pads so each rank gets ceil(N / world); the test set is split without padding.
     sampler = DistributedSampler(train_set, world, rank, shuffle=True, seed=seed)
     loader = DataLoader(train_set, batch_size // world, sampler=sampler, pin_memory=pin_memory)
@@ -253,8 +215,7 @@ def time_comm(model: DistributedDataParallel, X: torch.Tensor, y: torch.Tensor, 
     """Time passes with and without (no_sync) gradient sync per batch, and allreduces alone."""
     # Each pass: loss(model, X[:b], y[:b]); every process calls it alike (a barrier per run).
     loss = loss or (lambda model, X, y: F.cross_entropy(model(X), y))
-    steps = whole_number(steps, "steps")
-    batches = [whole_number(b, "each batch size") for b in batches] or [len(X)]
+    batches = list(batches) or [len(X)]
     if max(batches) > len(X):
         raise ValueError(f"batch {max(batches)} is larger than the {len(X)} examples given")
     device = next(model.parameters()).device
@@ -277,104 +238,110 @@ def time_comm(model: DistributedDataParallel, X: torch.Tensor, y: torch.Tensor, 
             **{f"{key}_runs": [t[key].warm for t in per_batch] for key in ("sync", "no_sync")}}
 
 
-def train(args: argparse.Namespace) -> dict:
-    """Train with DDP in this process (one of WORLD_SIZE); return the summary dict."""
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
-    rank, world, device = init_worker(args.timeout)
-    per_process_batch(args.batch_size, world)  # before the data loads: fail early
-    pids: list = [None] * world  # which processes took part (a check that k really ran)
-    dist.all_gather_object(pids, os.getpid())
-    no_sync = no_sync_check(device) if args.check_no_sync else None
-    # Rank 0 looks for (and may download) the data first; the others then read the same set.
-    data = load_images(args.n_train, args.n_test, args.data, verbose=False) if rank == 0 else None
-    choice = [data and data.name]
-    dist.broadcast_object_list(choice, src=0)
-    if rank:
-        data = load_images(args.n_train, args.n_test, choice[0], download=False, verbose=False)
-    elif data.fallback:
-        notice(data.fallback)
-    torch.manual_seed(args.seed)
-    net = resnet18(10, 1, args.width).apply(init_weights)
-    if args.sync_bn and world > 1:
-        net = sync_batchnorm(net, device)
-    # DDP sends rank 0's weights now and its buffers at each forward; backward allreduces buckets
-    ids = [device] if device.type == "cuda" else None  # the GPU this process owns
-    model = DistributedDataParallel(net.to(device), device_ids=ids,
-                                    bucket_cap_mb=args.bucket_mb)
-    loader, sampler, test_loader = shard_loaders(data.train, data.test, args.batch_size,
-                                                 world, rank, args.seed, device.type == "cuda")
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
-    if rank == 0:  # one short line: what runs where, on what
-        threads = torch.get_num_threads()
-        print(f"{world} process{'es' * (world > 1)} ({dist.get_backend()} on {device.type}, "
-              f"{threads} thread{'s' * (threads > 1)} each): ResNet-18 width {args.width}, batch "
-              f"{args.batch_size} = {world} x {args.batch_size // world}, {len(data.train)} "
-              f"{data.name} images{', sync BN' * args.sync_bn}", flush=True)
-    rates, test_acc, seen_total, steps = [], [], 0, 0
-    for epoch in range(args.epochs):
-        sampler.set_epoch(epoch)
-        loss_sum = torch.zeros((), dtype=torch.float64, device=device)
-        seen = 0  # on the host: torch.tensor(len(y), device=cuda) would wait for the stream
-        with Benchmark(devices=[device], verbose=False) as clock:
-            for X, y in loader:
-                X, y = X.to(device, non_blocking=True), y.to(device, non_blocking=True)
+class Job:
+    """One process of the DDP job: its group, data and device; what it reports of the training."""
+
+    def __init__(self, args: argparse.Namespace):
+        if args.threads > 0:
+            torch.set_num_threads(args.threads)
+        self.args = args
+        self.rank, self.world, self.device = init_worker(args.timeout)
+        pids: list = [None] * self.world  # which processes took part (a check that k ran)
+        dist.all_gather_object(pids, os.getpid())
+        self.pids = len(set(pids))
+        self.no_sync = no_sync_check(self.device) if args.check_no_sync else None
+        # Rank 0 looks for (and may download) the data first; the others read the set it chose.
+        data = None if self.rank else load_images(args.n_train, args.n_test, args.data,
+                                                  verbose=False)
+        name = [data and data.name]
+        dist.broadcast_object_list(name, src=0)
+        self.data = data = data or load_images(args.n_train, args.n_test, name[0],
+                                               download=False, verbose=False)
+        if self.rank == 0 and data.fallback:
+            notice(data.fallback)
+        self.device_ids = [self.device] if self.device.type == "cuda" else None  # its GPU
+        self.train_loader, self.sampler, self.test_loader = shard_loaders(
+            data.train, data.test, args.batch_size, self.world, self.rank, args.seed,
+            self.device.type == "cuda")
+        self.rates, self.test_acc, self.seen, self.steps, self.samples = [], [], 0, 0, 0
+        torch.manual_seed(args.seed)  # the same network in every process
+
+    def place(self, net: nn.Module) -> nn.Module:
+        """Initialize the network, sync its BatchNorm if asked, move it to this device."""
+        net.apply(init_weights)
+        if self.args.sync_bn and self.world > 1:  # the global batch's statistics (GPUs only)
+            net = nn.SyncBatchNorm.convert_sync_batchnorm(net)
+        a, n, w = self.args, torch.get_num_threads(), self.world  # one line: what runs where
+        print(f"{w} process{'es' * (w > 1)} ({dist.get_backend()} on {self.device.type}, {n} "
+              f"thread{'s' * (n > 1)} each): ResNet-18 width {a.width}, batch {a.batch_size} = "
+              f"{w} x {a.batch_size // w}, {len(self.data.train)} {self.data.name} images"
+              f"{', sync BN' * a.sync_bn}", flush=True) if self.rank == 0 else None
+        return net.to(self.device)
+
+    @property
+    def loader(self):
+        """This process's batches, on its device; counted, to --max-steps, or --crash-rank."""
+        for X, y in self.train_loader:  # non_blocking: from pinned memory, the host goes on
+            yield X.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+            self.seen, self.steps = self.seen + len(y), self.steps + 1  # the step is done
+            if self.rank == self.args.crash_rank:
+                raise RuntimeError(f"rank {self.rank} failed on purpose (--crash-rank)")
+            if self.steps == self.args.max_steps:
+                return
+
+    def epochs(self, model: DistributedDataParallel):
+        """Yield each epoch's number; time it, then test and print one line, on rank 0."""
+        for epoch in range(self.args.epochs):
+            seen = self.seen  # on the host: a count on the GPU would wait for its stream
+            with Benchmark(devices=[self.device], verbose=False) as clock:
+                yield epoch
+            tested = len(self.test_loader.dataset)  # this rank's share, which may be empty
+            acc = evaluate_accuracy([model.module], self.test_loader, [self.device]) \
+                if tested else 0
+            stats = torch.tensor([self.seen - seen, acc * tested, tested], dtype=torch.float64,
+                                 device=self.device)  # counts: exact in float64
+            dist.all_reduce(stats)
+            n, correct, tested = stats.tolist()
+            self.rates.append(n / clock.elapsed)
+            self.test_acc.append(correct / tested)
+            self.samples += int(n)
+            if self.rank == 0:
+                print(f"epoch {epoch + 1}/{self.args.epochs}: test acc {self.test_acc[-1]:.3f}, "
+                      f"{self.rates[-1]:.0f} samples/s ({clock.elapsed:.1f} s)", flush=True)
+            if self.steps == self.args.max_steps:
+                return
+
+    def summary(self, model: DistributedDataParallel, optimizer: torch.optim.Optimizer) -> dict:
+        """Profile a step, time communication (if asked); return what rank 0 hands back."""
+        args, device, loader = self.args, self.device, self.train_loader
+        timeline = comm = None
+        if args.profile:  # one more step, after training, profiled on rank 0 (all ranks take it)
+            X, y = (t.to(device) for t in next(iter(loader)))
+
+            def step() -> None:
                 optimizer.zero_grad(set_to_none=True)
-                loss = F.cross_entropy(model(X), y)
-                loss.backward()  # DDP averages the gradients over all processes here
+                F.cross_entropy(model(X), y).backward()
                 optimizer.step()
-                if args.sync_every_step:
-                    loss.item()  # the host waits until the device has finished this step
-                loss_sum += loss.detach().double() * len(y)  # queued on the device, no wait
-                seen, steps = seen + len(y), steps + 1
-                if rank == args.crash_rank:
-                    raise RuntimeError(f"rank {rank} failed on purpose (--crash-rank)")
-                if steps == args.max_steps:
-                    break
-        tested = len(test_loader.dataset)  # this rank's share, which may be empty
-        acc = evaluate_accuracy([model.module], test_loader, [device]) if tested else 0.0
-        stats = torch.cat([loss_sum.view(1), torch.tensor([seen, acc * tested, tested],
-                                                          dtype=torch.float64, device=device)])
-        dist.all_reduce(stats)
-        loss_total, n, correct, tested = stats.tolist()
-        rates.append(n / clock.elapsed)
-        test_acc.append(correct / tested)
-        seen_total += int(n)
-        if rank == 0:
-            print(f"epoch {epoch + 1}/{args.epochs}: loss {loss_total / n:.3f}, test acc "
-                  f"{test_acc[-1]:.3f}, {rates[-1]:.0f} samples/s ({clock.elapsed:.1f} s)",
-                  flush=True)
-        if steps == args.max_steps:
-            break
-    warm = rates[1:] or rates  # the first epoch warms up (allocations, cuDNN autotuning)
-    param_l2 = nn.utils.parameters_to_vector(model.module.parameters()).double().norm().item()
-    timeline = comm = None
-    if args.profile:  # one more step, after training, profiled on rank 0 (all ranks take it)
-        X, y = (t.to(device) for t in next(iter(loader)))
-
-        def step() -> None:
-            optimizer.zero_grad(set_to_none=True)
-            F.cross_entropy(model(X), y).backward()
-            optimizer.step()
-        step()  # warm: the first step after an evaluation allocates again
-        timeline = step_timeline(step, device) if rank == 0 else step()
-    if args.time_comm:  # after training: the passes use its final weights, the same batch
-        size = max(args.time_batches or [args.batch_size // world])
-        X, y = next(iter(DataLoader(data.train, size, sampler=sampler)))
-        comm = time_comm(model, X.to(device), y.to(device), args.time_comm, args.time_batches)
-    return {"processes": world, "pids": len(set(pids)), "no_sync": no_sync, "timeline": timeline,
-            "comm": comm, "samples_seen": seen_total, "steps": steps,
-            "backend": dist.get_backend(), "device": device.type, "n_train": len(data.train),
-            "param_l2": param_l2, "samples_per_s": Band.of(warm).value, "samples_per_s_runs": warm,
-            "accuracy": test_acc[-1], "test_acc": test_acc, "width": args.width,
-            "batch_size": args.batch_size, "bucket_mb": args.bucket_mb}
+            step()  # warm: the first step after an evaluation allocates again
+            timeline = step_timeline(step, device) if self.rank == 0 else step()
+        if args.time_comm:  # after training: the passes use its final weights, the same batch
+            size = max(args.time_batches or [args.batch_size // self.world])
+            X, y = next(iter(DataLoader(self.data.train, size, sampler=self.sampler)))
+            comm = time_comm(model, X.to(device), y.to(device), args.time_comm, args.time_batches)
+        warm = self.rates[1:] or self.rates  # the first epoch warms up (allocations, cuDNN)
+        params = nn.utils.parameters_to_vector(model.module.parameters()).double()
+        return {"processes": self.world, "pids": self.pids, "no_sync": self.no_sync,
+                "timeline": timeline, "comm": comm, "samples_seen": self.samples,
+                "steps": self.steps, "backend": dist.get_backend(), "device": device.type,
+                "n_train": len(self.data.train), "param_l2": params.norm().item(),
+                "samples_per_s": Band.of(warm).value, "samples_per_s_runs": warm,
+                "accuracy": self.test_acc[-1], "test_acc": self.test_acc, "width": args.width,
+                "batch_size": args.batch_size, "bucket_mb": args.bucket_mb}
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Entry point: parse arguments, train, and let rank 0 save the result."""
-    args = parse_args(argv)
-    run_worker(lambda: train(args))
-
-
-if __name__ == "__main__":
-    main()
+def entry_point(train: Callable[[argparse.Namespace], dict]) -> Callable[..., None]:
+    """The `main(argv=None)` torchrun runs: parse, train(args), rank 0 hands back the result."""
+    def main(argv: list[str] | None = None) -> None:
+        args = parse_args(argv)
+        run_worker(lambda: train(args))
+    return main

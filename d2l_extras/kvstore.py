@@ -179,7 +179,7 @@ def gradients(net: nn.Module, X: torch.Tensor, y: torch.Tensor) -> dict[str, tor
     return dict(zip(names, torch.autograd.grad(nn.functional.cross_entropy(net(X), y), params)))
 
 
-def train(store: KVStore, net: nn.Module, X: torch.Tensor, y: torch.Tensor, steps: int,
+def train_kvstore(store: KVStore, net: nn.Module, X: torch.Tensor, y: torch.Tensor, steps: int,
           batch: int, start: int = 0, seed: int = 0, eval_every: int = 0) -> list:
     """Train net through the store: pull weights, compute a gradient, push it; (step, loss)."""
     names, curve = [n for n, _ in net.named_parameters()], []
@@ -221,7 +221,7 @@ def task_compare(args) -> dict:
     def chunk(how: str, end: int | None = None) -> None:
         start, done[how] = done[how], end or min(done[how] + size, args.steps)
         if how == "store":
-            train(store, net, X, y, done[how], args.batch, start=start, seed=args.seed)
+            train_kvstore(store, net, X, y, done[how], args.batch, start=start, seed=args.seed)
         else:  # the reference: every rank averages gradients by all_reduce and steps itself
             for step in range(start, done[how]):
                 idx = batch_of(step, store.rank, store.world, args.batch, len(X), args.seed)
@@ -245,7 +245,7 @@ def task_staleness(args) -> dict:
     curves, served = {}, {}
     for tau in args.staleness:
         X, y, net, store = _setup(args, max_staleness=tau, seed=args.seed)
-        curves[str(tau)] = train(store, net, X, y, args.steps, args.batch,
+        curves[str(tau)] = train_kvstore(store, net, X, y, args.steps, args.batch,
                                  seed=args.seed, eval_every=args.eval_every)
         ages = store.versions_served  # how old the weights served to rank 0 were (0: newest)
         served[str(tau)] = {"max": max(ages), "stale_share": sum(a > 0 for a in ages) / len(ages)}
@@ -264,7 +264,7 @@ def task_fault(args) -> dict:
             mark.write_text(f"rank {store.rank} killed at step {step}", encoding="utf-8")
             # Like a power cut, on every OS (Windows has no SIGKILL): no finally, no clean-up.
             os._exit(CRASH_EXIT_CODE)
-        train(store, net, X, y, step + 1, args.batch, start=step, seed=args.seed)
+        train_kvstore(store, net, X, y, step + 1, args.batch, start=step, seed=args.seed)
     return {"resumed_from": start, "params": _params(net)}
 
 

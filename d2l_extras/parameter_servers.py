@@ -45,7 +45,6 @@ def ring_allreduce(tensors):  #@save parameter_servers
 
 
 def ring_allreduce_dist(tensor):  #@save parameter_servers
-    # This rank's part of ring_allreduce, in place: neighbours rank +- 1
     rank, n = dist.get_rank(), dist.get_world_size()
     chunks = torch.tensor_split(tensor.view(-1), n)
     for s in range(2 * (n - 1)):   # reduce-scatter, then all-gather

@@ -1,5 +1,4 @@
-"""Data loading: the IDX reader, the Fashion-MNIST path (on files written here), the fallback."""
-import gzip
+"""Data loading: the Fashion-MNIST path (on files written here), the fallback to the digits."""
 import struct
 import time
 
@@ -12,53 +11,29 @@ from d2l_extras import data as dxdata
 from d2l_extras import report as dxreport
 
 
-def write_idx(path, array, compress=False):
+def write_idx(path, array):
     """Write an unsigned-byte IDX file (the MNIST format)."""
     header = bytes([0, 0, 0x08, array.ndim]) + struct.pack(f">{array.ndim}i", *array.shape)
-    payload = header + array.astype(np.uint8).tobytes()
-    # Closed by the with: an unclosed gzip file may never flush its buffer (Python 3.12+).
-    with (gzip.open if compress else open)(path, "wb") as f:
-        f.write(payload)
+    path.write_bytes(header + array.astype(np.uint8).tobytes())
 
 
-def fake_fashion(root, n_train=12, n_test=6, compress=False):
+def fake_fashion(root, n_train=12, n_test=6):
     folder = root / "FashionMNIST" / "raw"
     folder.mkdir(parents=True)
     rng = np.random.default_rng(0)
     arrays = {}
+    names = iter(dxdata.FASHION_FILES)  # images and labels of train, then of test
     for split, n in (("train", n_train), ("test", n_test)):
-        images_name, labels_name = dxdata.FASHION_FILES[split]
         X = rng.integers(0, 256, (n, 28, 28), dtype=np.uint8)
         y = rng.integers(0, 10, n, dtype=np.uint8)
-        suffix = ".gz" if compress else ""
-        write_idx(folder / (images_name + suffix), X, compress)
-        write_idx(folder / (labels_name + suffix), y, compress)
+        write_idx(folder / next(names), X)
+        write_idx(folder / next(names), y)
         arrays[split] = (X, y)
     return arrays
 
 
-@pytest.mark.parametrize("compress", [False, True])
-def test_read_idx_roundtrip(tmp_path, compress):
-    X = np.arange(2 * 3 * 4, dtype=np.uint8).reshape(2, 3, 4)
-    path = tmp_path / ("x.idx.gz" if compress else "x.idx")
-    write_idx(path, X, compress)
-    np.testing.assert_array_equal(dx.data.read_idx(path), X)
-
-
-def test_read_idx_rejects_bad_files(tmp_path):
-    bad = tmp_path / "bad"
-    bad.write_bytes(b"\x00\x00\x0d\x01" + struct.pack(">i", 1) + b"\x00" * 4)  # float32 code
-    with pytest.raises(ValueError, match="not an IDX file"):
-        dx.data.read_idx(bad)
-    short = tmp_path / "short"
-    short.write_bytes(b"\x00\x00\x08\x01" + struct.pack(">i", 10) + b"\x00" * 3)
-    with pytest.raises(ValueError, match="truncated"):
-        dx.data.read_idx(short)
-
-
-@pytest.mark.parametrize("compress", [False, True])
-def test_fashion_mnist_is_read_from_the_cache(tmp_path, capsys, compress):
-    arrays = fake_fashion(tmp_path, compress=compress)
+def test_fashion_mnist_is_read_from_the_cache(tmp_path, capsys):
+    arrays = fake_fashion(tmp_path)
     data = dx.load_images(10, 6, root=tmp_path, download=False)
     assert data.name == "fashion-mnist"
     assert "Fashion-MNIST" in capsys.readouterr().out
@@ -157,40 +132,3 @@ def test_loaders(tmp_path):
     X, y = next(iter(train))
     assert X.shape == (16, 1, 28, 28) and y.shape == (16,)
     assert sum(len(y) for _, y in test) == 32
-    with pytest.raises(ValueError, match="batch_size"):
-        data.loaders(0)
-
-
-def test_book_loader_reads_the_cache_and_writes_nothing_here(tmp_path, monkeypatch):
-    import os
-
-    cache = tmp_path / "cache"
-    arrays = fake_fashion(cache, n_train=12, n_test=6)
-    work = tmp_path / "repo" / "notebooks"
-    work.mkdir(parents=True)
-    monkeypatch.chdir(work)
-    loaders = dx.data.book_fashion_mnist(4, n_train=8, n_test=6, root=cache)
-    assert loaders is not None
-    train_iter, test_iter = loaders
-    assert len(train_iter.dataset) == 8 and len(test_iter.dataset) == 6  # the subset sizes
-    X, y = next(iter(test_iter))
-    assert X.shape == (4, 1, 28, 28) and X.dtype == torch.float32 and y.dtype == torch.int64
-    np.testing.assert_array_equal(y.numpy(), arrays["test"][1][:4])  # the test set, in order
-    assert os.getcwd() == str(work)  # back where it started
-    assert not any((tmp_path / "repo").rglob("*.*")) and not (tmp_path / "repo" / "data").exists()
-
-
-def test_book_loader_without_unpacked_files_returns_none(tmp_path):
-    assert dx.data.book_fashion_mnist(4, root=tmp_path) is None
-    fake_fashion(tmp_path / "gz", compress=True)  # torchvision would try to download these
-    assert dx.data.book_fashion_mnist(4, root=tmp_path / "gz") is None
-    with pytest.raises(ValueError, match="batch_size"):
-        dx.data.book_fashion_mnist(0, root=tmp_path)
-
-
-def test_images_and_labels_that_do_not_pair_up_are_refused(tmp_path):
-    fake_fashion(tmp_path)
-    labels = tmp_path / "FashionMNIST" / "raw" / dxdata.FASHION_FILES["train"][1]
-    write_idx(labels, np.zeros(5, dtype=np.uint8))  # 12 images, 5 labels
-    with pytest.raises(ValueError, match=r"\(12, 28, 28\) and .* \(5,\) are not images with one"):
-        dx.load_images(8, 4, root=tmp_path, download=False, verbose=False)

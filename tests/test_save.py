@@ -64,7 +64,15 @@ def test_a_module_gets_the_imports_it_uses_and_runs_main(tmp_path):
     assert "import os" not in text
     assert text.rstrip().endswith('if __name__ == "__main__":\n    main()')
     assert "notebooks/01-x.ipynb" in text.splitlines()[3]
-    assert save.render([nb])[save.INDEX].count("'main': 'job'") == 1
+    assert "'main'" not in save.render([nb])[save.INDEX]  # a job's entry point, not a dx name
+
+
+def test_one_name_saved_into_two_modules_is_an_error(tmp_path):
+    nb = tmp_path / "01-x.ipynb"
+    nb.write_text(json.dumps({"cells": code("def f():  #@save a\n    pass",
+                                            "def f():  #@save b\n    pass")}))
+    with pytest.raises(SystemExit, match="f is saved into both a and b"):
+        save.render([nb])
 
 
 @pytest.mark.parametrize("path", GENERATED, ids=lambda p: p.name)

@@ -107,7 +107,13 @@ def render(notebooks: list[Path]) -> dict[Path, str]:
         sources = textwrap.fill(", ".join(f"notebooks/{p.name}" for p in dict.fromkeys(
             p for p, _, _ in blocks)), 99, initial_indent=" " * 27)[27:]
         names = public_names(code)
-        index.update((name, module) for name in names)
+        for name in names:
+            if name == "main":  # each torchrun job has one: python -m d2l_extras.<module>
+                continue
+            if name in index:
+                raise SystemExit(f"#@save: {name} is saved into both {index[name]} and {module}; "
+                                 "rename one")
+            index[name] = module
         doc = f"The notebooks' code for `dx.{module}`" if module != DEFAULT else \
             "The functions the notebooks teach and later notebooks reuse"
         body = [HEADER.format(doc=doc, sources=sources), "\n".join(imports),
