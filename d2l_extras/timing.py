@@ -1,8 +1,5 @@
-"""Measuring machinery: repeated runs, cold and warm apart, median and spread.
-
-Notebook 00 teaches the measurement (`dx.Benchmark`, saved from its cell): a synchronization
-before each clock read, a loop, a median. This module is that loop made honest on a busy machine.
-"""
+"""Notebook 00's measurement (`dx.Benchmark`) made honest on a busy machine: repeated runs, cold
+and warm apart, median and spread."""
 import contextlib
 import functools
 import io
