@@ -1,6 +1,4 @@
 """dx.check: one line per answer, right, not yet (with a hint) or not answered yet."""
-import pytest
-
 import d2l_extras as dx
 from tools.alarms import alarm_lines
 
