@@ -1,11 +1,6 @@
-"""The notebooks' set-up, after the set-up cell made `import d2l_extras` work.
-
-The cell installs this package alone (`pip install --no-deps`), so that pip cannot replace the
-platform's torch; setup() then checks Python and torch and installs what is still missing (the
-book's d2l without its pins, and this package's other requirements) with torch, torchvision and
-numpy held at the platform's versions. It imports no third-party package: it runs before they
-are installed. Keep its syntax to Python 3.8, so that an old Python gets our message.
-"""
+"""The set-up cell's second half: check Python and torch, install what is missing (the book's d2l
+without its pins, this package's other requirements), the platform's torch, torchvision and numpy
+held. Standard library only, Python 3.8 syntax: it runs before anything else is installed."""
 import importlib
 import importlib.metadata as metadata
 import os

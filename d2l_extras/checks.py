@@ -13,23 +13,21 @@ def whole_number(value: object, what: str, minimum: int = 1) -> int:
     return int(value)
 
 
-def _real(value: object, what: str, ok: bool, bound: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isinf(value) \
-            or not ok:
+def _real(value: object, what: str, bound: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) \
+            or not math.isfinite(value) or not (value > 0 if bound == ">" else value >= 0):
         raise ValueError(f"{what} must be a finite number {bound} 0, got {value!r}")
     return float(value)
 
 
 def positive_number(value: object, what: str) -> float:
     """Return value as a float if it is finite and > 0; else a ValueError naming `what`."""
-    ok = isinstance(value, numbers.Real) and value > 0
-    return _real(value, what, ok, ">")
+    return _real(value, what, ">")
 
 
 def non_negative_number(value: object, what: str) -> float:
     """Return value as a float if it is finite and >= 0; else a ValueError naming `what`."""
-    ok = isinstance(value, numbers.Real) and value >= 0
-    return _real(value, what, ok, ">=")
+    return _real(value, what, ">=")
 
 
 def option(check: Callable[[object, str], object], kind: type = float) -> Callable[[str], object]:

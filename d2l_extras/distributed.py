@@ -73,21 +73,6 @@ def is_loopback(host: str) -> bool:
 LaunchResult = collections.namedtuple("LaunchResult", "output seconds result command")
 
 
-def torchrun_command(module: str, nproc: int, args: Sequence[str] = (), nnodes: int = 1,
-                     node_rank: int = 0, master_addr: str = "127.0.0.1",
-                     master_port: int | None = None) -> list[str]:
-    """Return the torchrun command line (as a list) that starts `module` in nproc processes."""
-    nproc = whole_number(nproc, "nproc")
-    if not 0 <= node_rank < nnodes:
-        raise ValueError(f"need 0 <= node_rank < nnodes, got {node_rank} and nnodes={nnodes}")
-    if master_port is None:  # 0: none, for main below, whose store binds one itself
-        master_port = free_port(master_addr if nnodes == 1 else "0.0.0.0")
-    port = [f"--master-port={master_port}"] if master_port else []
-    return [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}",
-            f"--node-rank={node_rank}", f"--nproc-per-node={nproc}", f"--master-addr={master_addr}",
-            *port, "--max-restarts=0", "-m", module, *map(str, args)]
-
-
 def _running(p: psutil.Process) -> bool:
     try:
         return p.is_running() and p.status() != psutil.STATUS_ZOMBIE  # a zombie has ended
@@ -141,15 +126,13 @@ def _sigint_deferred() -> Iterator[None]:
 
 
 def launch(module: str, nproc: int, args: Sequence[str] = (), timeout: float = 300,
-           echo: bool = True, nnodes: int = 1, node_rank: int = 0,
-           master_addr: str = "127.0.0.1", master_port: int | None = None,
-           env: dict[str, str] | None = None, grace: float = 5.0) -> LaunchResult:
+           echo: bool = True, env: dict[str, str] | None = None,
+           grace: float = 5.0) -> LaunchResult:
     """Run `module` under torchrun in nproc processes; stream output, end it all on any exit."""
-    local = nnodes == 1 and is_loopback(master_addr)
-    cmd = torchrun_command(module, nproc, args, nnodes, node_rank, master_addr,
-                           0 if local and master_port is None else master_port)
-    if local:  # the same torchrun, its store and sockets on loopback; it binds a port itself
-        cmd = [sys.executable, "-m", __name__, *cmd[3:]]
+    nproc = whole_number(nproc, "nproc")
+    # torchrun through main below: its store and sockets on loopback, on a port it binds itself
+    cmd = [sys.executable, "-m", __name__, "--nnodes=1", f"--nproc-per-node={nproc}",
+           "--master-addr=127.0.0.1", "--max-restarts=0", "-m", module, *map(str, args)]
     with tempfile.TemporaryDirectory(prefix="d2l-launch-") as tmp:
         result_file = pathlib.Path(tmp, "result.json")
         # OMP_NUM_THREADS unless set: else each of the k processes starts a thread per core.
@@ -204,12 +187,12 @@ def launch(module: str, nproc: int, args: Sequence[str] = (), timeout: float = 3
         return LaunchResult(lines, seconds, result, cmd)
 
 
-def joins_nccl(nproc: int, env: Mapping[str, str], n_gpus: int | None = None) -> bool:
+def joins_nccl(nproc: int, env: Mapping[str, str]) -> bool:
     """Whether nproc workers on this machine, started with env, would join NCCL on GPUs."""
     # As worker_device decides in each worker, with the GPUs CUDA_VISIBLE_DEVICES leaves them.
     if nproc < 2:
         return False
-    n = len(_cuda_gpus()[0]) if n_gpus is None else n_gpus
+    n = len(_cuda_gpus()[0])
     if (visible := env.get("CUDA_VISIBLE_DEVICES")) is not None:  # the workers see these only
         n = min(n, len([d for d in visible.split(",") if d.strip()]))
     return _nccl_on(n, nproc, env)
@@ -223,10 +206,10 @@ def _nccl_on(n_gpus: int, local_world: int, env: Mapping[str, str]) -> bool:
 
 
 def nccl_hint(nproc: int, env: Mapping[str, str], lines: Sequence[str] = (),
-              timed_out: bool = True, n_gpus: int | None = None) -> str:
+              timed_out: bool = True) -> str:
     """The likely cause of a hung NCCL run and its fix, in a sentence; '' where NCCL did not run."""
     # A hang (the launch's timeout, or a worker's watchdog that ended it) with NCCL between GPUs.
-    if not joins_nccl(nproc, env, n_gpus) or not (
+    if not joins_nccl(nproc, env) or not (
             timed_out or any(map(NCCL_TIMEOUT_LINE.search, lines))):
         return ""
     if env.get("NCCL_P2P_DISABLE", "0").strip() not in ("", "0"):
@@ -237,12 +220,10 @@ def nccl_hint(nproc: int, env: Mapping[str, str], lines: Sequence[str] = (),
             "os.environ), and NCCL_IB_DISABLE=1 too if it still hangs.")
 
 
-def broken_peer_pairs(gpus: Sequence[int], can_access: Callable[[int, int], bool] | None = None,
-                      arrives: Callable[[int, int], bool] | None = None) -> list[tuple[int, int]]:
+def broken_peer_pairs(gpus: Sequence[int]) -> list[tuple[int, int]]:
     """The pairs (i, j) of gpus that report peer access but whose copies i -> j arrive wrong."""
-    can_access = can_access or torch.cuda.can_device_access_peer
-    arrives = arrives or _peer_copy_arrives
-    return [(i, j) for i in gpus for j in gpus if i != j and can_access(i, j) and not arrives(i, j)]
+    return [(i, j) for i in gpus for j in gpus if i != j
+            and torch.cuda.can_device_access_peer(i, j) and not _peer_copy_arrives(i, j)]
 
 
 def _peer_copy_arrives(i: int, j: int, n: int = 1 << 18) -> bool:
@@ -286,15 +267,13 @@ def _peer_check(nproc: int, env: Mapping[str, str], timeout: float = 60) -> list
     return [f"{i} -> {j}" for i, j in found["broken"] if i in used and j in used]
 
 
-def peer_env(nproc: int, env: Mapping[str, str], n_gpus: int | None = None,
-             check: Callable[[int, Mapping[str, str]], list[str] | None] | None = None
-             ) -> dict[str, str]:
+def peer_env(nproc: int, env: Mapping[str, str]) -> dict[str, str]:
     """{'NCCL_P2P_DISABLE': '1'} for NCCL workers on GPUs whose peer copies fail, else {}."""
     # Where torch reports peer access that does not work (Kaggle's 2 x T4), NCCL's peer
     # transport waits forever; through the host it works. A choice already made is kept.
-    if "NCCL_P2P_DISABLE" in env or "NCCL_P2P_LEVEL" in env or not joins_nccl(nproc, env, n_gpus):
+    if "NCCL_P2P_DISABLE" in env or "NCCL_P2P_LEVEL" in env or not joins_nccl(nproc, env):
         return {}
-    broken = (check or _peer_check)(nproc, env)
+    broken = _peer_check(nproc, env)
     if not broken:
         return {}
     notice(f"NCCL_P2P_DISABLE=1 for the processes launched from here: the GPUs report peer "
@@ -324,10 +303,7 @@ def worker_exit_codes(lines: Sequence[str]) -> dict[int, int]:
 
 def worker_device(local_world: int, local_rank: int = 0, n_gpus: int | None = None) -> torch.device:
     """The device of worker local_rank of local_world on one machine (see init_worker)."""
-    local_world = whole_number(local_world, "local_world")
-    if not 0 <= local_rank < local_world:
-        raise ValueError(f"local_rank must be in 0..{local_world - 1}, got {local_rank}")
-    gpus = _cuda_gpus()[0] if n_gpus is None else range(whole_number(n_gpus, "n_gpus", minimum=0))
+    gpus = _cuda_gpus()[0] if n_gpus is None else range(n_gpus)
     if _nccl_on(len(gpus), local_world, os.environ):
         return torch.device("cuda", gpus[local_rank])
     return torch.device("cpu")
@@ -350,12 +326,6 @@ def init_worker(timeout_s: float = 60) -> tuple[int, int, torch.device]:
     return rank, world, device
 
 
-def wait_for(work: Any, timeout: datetime.timedelta) -> None:
-    """Wait for an async collective or send/recv: stream-ordered on NCCL, at most `timeout` else."""
-    # NCCL's wait(timeout) polls with 1-10 ms sleeps: none there; the group's timeout ends a hang.
-    work.wait(*([] if dist.get_backend() == "nccl" else [timeout]))
-
-
 def finish_worker() -> None:
     """In a worker: leave torch.distributed (free the process group); no-op when not in one."""
     if dist.is_initialized():
@@ -376,8 +346,6 @@ def _exit_quickly() -> None:
 
 def run_worker(work: Callable[[], Any]) -> None:
     """Run a worker's `work()` (alone without torchrun); rank 0 hands its result back; leave."""
-    if not callable(work):
-        raise TypeError(f"run_worker() needs a function to run, got {type(work).__name__}")
     _exit_quickly()
     alone = {} if "RANK" in os.environ else dict(
         RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",

@@ -1,11 +1,5 @@
-"""Figures a notebook measured, handed to `make report` (and to nothing else).
-
-A notebook calls `dx.record("fusion_speedup", 6.9, "x", "compiled vs eager, 4M floats")` right
-where it prints a measured number. Outside `make report` this only returns the value: nothing is
-written, so running a notebook leaves the repository untouched. Under `make report` the variable
-D2L_REPORT_DIR names a directory (outside the repository, or the ignored build/), and each call
-appends one JSON line to `records.jsonl` there, which the report's summary reads.
-"""
+"""Figures a notebook measured, for `make report` only (written where D2L_REPORT_DIR says, else
+nowhere: a run leaves the repository untouched); and one-line notices."""
 import json
 import math
 import os
@@ -18,9 +12,6 @@ RECORDS = "records.jsonl"
 
 def record(key: str, value: float, unit: str, note: str = "", notebook: str | None = None) -> float:
     """Hand one measured figure to `make report` (no-op without D2L_REPORT_DIR); return it."""
-    if not isinstance(key, str) or not key.isidentifier():
-        raise ValueError(f"record(): key must be a short identifier such as 'fusion_speedup', "
-                         f"got {key!r}")
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(f"record({key!r}): value must be a finite number that was measured, "
                          f"got {value!r}")
@@ -29,9 +20,8 @@ def record(key: str, value: float, unit: str, note: str = "", notebook: str | No
         row = {"key": key, "value": float(value), "unit": unit, "note": note,
                "notebook": notebook or os.environ.get("D2L_REPORT_NOTEBOOK", ""),
                "time": time.time()}
-        path = Path(target)
-        path.mkdir(parents=True, exist_ok=True)
-        with open(path / RECORDS, "a", encoding="utf-8") as f:
+        Path(target).mkdir(parents=True, exist_ok=True)
+        with open(Path(target) / RECORDS, "a", encoding="utf-8") as f:
             f.write(json.dumps(row) + "\n")
     return value
 
@@ -39,10 +29,8 @@ def record(key: str, value: float, unit: str, note: str = "", notebook: str | No
 def read_records(directory: str | os.PathLike) -> list[dict]:
     """Return the figures recorded under `directory`, in the order they were recorded."""
     path = Path(directory) / RECORDS
-    if not path.exists():
-        return []
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+    lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+    return [json.loads(line) for line in lines if line.strip()]
 
 
 _NOTICED: set[str] = set()
@@ -50,8 +38,6 @@ _NOTICED: set[str] = set()
 
 def notice(message: str) -> bool:
     """Print a one-line notice the first time it is given in this process; True if printed."""
-    if not isinstance(message, str) or not message.strip():
-        raise ValueError(f"notice(): message must be a non-empty string, got {message!r}")
     # One line, whatever the caller passed (an exception's text often spans several).
     line = " ".join(message.split())
     if line in _NOTICED:

@@ -83,8 +83,6 @@ def wanted_size(name: str, device: torch.device | str = "cpu",
         raise ValueError(f"no size policy for {name!r}; known experiments: "
                          f"{', '.join(sorted(SIZES))} (add one to d2l_extras/sizes.py)")
     prof = profile() if profile_name is None else profile_name
-    if prof not in PROFILES:
-        raise ValueError(f"unknown profile {prof!r}; use one of {', '.join(PROFILES)}")
     return getattr(SIZES[name], device_kind(device))[PROFILES.index(prof)]
 
 

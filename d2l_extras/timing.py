@@ -1,8 +1,5 @@
-"""Measuring machinery: repeated runs, cold and warm apart, median and spread.
-
-Notebook 00 teaches the measurement (`dx.Benchmark`, saved from its cell): a synchronization
-before each clock read, a loop, a median. This module is that loop made honest on a busy machine.
-"""
+"""Notebook 00's measurement (`dx.Benchmark`) made honest on a busy machine: repeated runs, cold
+and warm apart, median and spread."""
 import contextlib
 import functools
 import io
@@ -15,7 +12,6 @@ from typing import Callable, Iterable, Mapping
 import torch
 
 from .bands import Band
-from .checks import positive_number, whole_number
 from .hardware import accelerators
 from .profiles import by_profile
 
@@ -106,8 +102,7 @@ def _prepare(fns: Mapping[str, object], seconds: float | None, devices: Devices)
     for what, fn in fns.items():
         if not callable(fn):  # f() where f was meant
             raise TypeError(f"{what} needs a function to call, got {type(fn).__name__}")
-    seconds = positive_number(by_profile(*MAX_TIME) if seconds is None else seconds,
-                              "max_time (seconds)")
+    seconds = by_profile(*MAX_TIME) if seconds is None else seconds
     # CPU operators are done when they return: not waiting on them keeps a clock read cheap.
     devices = accelerators() if devices is None else devices
     return seconds, [d for d in map(torch.device, devices) if d.type != "cpu"]
@@ -121,7 +116,6 @@ def measure(fn: Callable[[], object], name: str = "", *, devices: Devices = None
 
     seconds, devices = _prepare({"measure()": fn}, max_time, devices)
     # setup=1 under torch.compile(mode="reduce-overhead"): the second call records the CUDA graph.
-    setup = whole_number(setup, "measure(): setup (calls timed apart after the first)", 0)
     cold, *calls = [_time_once(fn, devices, clock) for _ in range(1 + setup)]
 
     # Timer groups calls into runs until its clock's own cost is below 1e-4 of a run: a clock
@@ -142,11 +136,8 @@ def measure_interleaved(fns: Mapping[str, Callable[[], object]], *, devices: Dev
                         clock: Clock = time.perf_counter) -> dict[str, Measurement]:
     """Time several functions in turns, a run of each per round, after one cold call each."""
     # In turns, load from other programs slows all alike; `balance` makes runs of equal length.
-    if not fns:
-        raise ValueError("measure_interleaved() needs at least one {name: function}")
     seconds, devices = _prepare({f"measure_interleaved(): {name!r}": fn
                                  for name, fn in fns.items()}, max_time, devices)
-    runs = runs if runs is None else whole_number(runs, "measure_interleaved(): runs")
     timed = functools.partial(_time_once, devices=devices, clock=clock, before=before)
     cold = {name: timed(fn) for name, fn in fns.items()}
     number = dict.fromkeys(fns, 1)

@@ -1,7 +1,4 @@
-"""The capstone's text, model and sizes, and what its DDP job (capstone.py) runs around the lesson.
-
-Notebook 09 writes the job's training step (`ddp_trainer`, saved into the generated capstone.py);
-`capstone_job` here parses the job's options, trains with that step, times it and reports.
+"""The capstone's text, model and sizes; `capstone_job` runs notebook 09's saved step (capstone.py):
     python -m d2l_extras.distributed --nproc-per-node=2 -m d2l_extras.capstone --steps 20"""
 import argparse
 import math
@@ -28,30 +25,18 @@ from .timing import measure_interleaved
 
 
 class CharText:
-    """A text as character ids: vocabulary, encode/decode, a 90/10 split and random batches."""
+    """A text as character ids: its vocabulary, a 90/10 split and random batches."""
 
     def __init__(self, text: str) -> None:
-        n_val = len(text) // 10
-        if n_val < 2:
-            raise ValueError(f"a text of {len(text)} characters is too short: use 20 or more")
-        self.text, self.vocab = text, sorted(set(text))
-        self._index = {ch: i for i, ch in enumerate(self.vocab)}
+        n_val, self.text, self.vocab = len(text) // 10, text, sorted(set(text))
+        index = {ch: i for i, ch in enumerate(self.vocab)}
+        ids = torch.tensor([index[ch] for ch in text], dtype=torch.long)
         # In order: the validation part is the end of the text, never seen in training.
-        self.train, self.val = self.encode(text).split([len(text) - n_val, n_val])
+        self.train, self.val = ids.split([len(text) - n_val, n_val])
 
     def __repr__(self) -> str:
         return (f"CharText({len(self.text)} characters, {len(self.vocab)} distinct, "
                 f"train {len(self.train)}, val {len(self.val)})")
-
-    def encode(self, s: str) -> torch.Tensor:
-        """The ids of the characters of s (a LongTensor); unknown characters are a ValueError."""
-        if unknown := sorted(set(s) - self._index.keys()):
-            raise ValueError(f"characters not in the vocabulary: {''.join(unknown)!r}")
-        return torch.tensor([self._index[ch] for ch in s], dtype=torch.long)
-
-    def decode(self, ids: torch.Tensor | list[int]) -> str:
-        """The string of a 1-d sequence of ids."""
-        return "".join(self.vocab[i] for i in torch.as_tensor(ids).tolist())
 
     def batch(self, batch_size: int, seq_len: int, generator: torch.Generator
               ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -64,14 +49,10 @@ class CharText:
         return windows[:, :-1].contiguous(), windows[:, 1:].contiguous()
 
 
-def load_text(name: str = "timemachine", max_chars: int | None = None) -> CharText:
-    """A text shipped with d2l_extras (The Time Machine by default), as a CharText."""
-    folder = resources.files("d2l_extras") / "texts"
-    names = sorted(f.name[:-4] for f in folder.iterdir() if f.name.endswith(".txt"))
-    if name not in names:
-        raise ValueError(f"no text {name!r}; available: {', '.join(names)}")
-    text = (folder / f"{name}.txt").read_text(encoding="utf-8")
-    return CharText(text[:max_chars])
+def load_text() -> CharText:
+    """The Time Machine (shipped with d2l_extras) as a CharText."""
+    path = resources.files("d2l_extras") / "texts" / "timemachine.txt"
+    return CharText(path.read_text(encoding="utf-8"))
 
 
 class CausalSelfAttention(nn.Module):
@@ -145,12 +126,10 @@ class TinyGPT(nn.Module):
         return self.head(self.ln_f(x))
 
     @staticmethod
-    def sizes(device: torch.device | str, *, budget: int | None = None,
-              profile_name: str | None = None) -> dict[str, int]:
+    def sizes(device: torch.device | str, *, budget: int | None = None) -> dict[str, int]:
         """The capstone's shape, batch and steps; on a GPU (or a budget) GROWTH x batch fits."""
-        prof = profile() if profile_name is None else profile_name
-        kind, keys = device_kind(device), ("d_model", "n_heads", "n_layers", "seq_len",
-                                           "batch", "steps")
+        prof, kind = profile(), device_kind(device)
+        keys = ("d_model", "n_heads", "n_layers", "seq_len", "batch", "steps")
         if kind == "cpu" and budget is None:
             return dict(zip(keys, SHAPES["cpu"][prof]))
         # With a budget (bytes) or on a GPU: the largest shape up to the profile's that fits.
@@ -211,10 +190,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             ("threads", COUNT, 0, "torch threads per process (0: keep)"),
             ("timeout", option(positive_number), 120, "seconds any collective may wait")):
         p.add_argument(f"--{name}", type=kind, default=default, help=text)
-    args = p.parse_args(argv)
-    if args.d_model % args.n_heads:
-        p.error(f"--d_model {args.d_model} must be a multiple of --n_heads {args.n_heads}")
-    return args
+    return p.parse_args(argv)
 
 
 def _train(args: argparse.Namespace, trainer: Callable) -> dict:

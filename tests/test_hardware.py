@@ -110,14 +110,6 @@ def test_fit_to_memory_too_small_budget_says_so():
         dx.hardware.fit_to_memory(100, 1000, budget=1000, minimum=10)
 
 
-@pytest.mark.parametrize("kwargs", [dict(n=0), dict(bytes_per_item=0), dict(fraction=0),
-                                    dict(fraction=2), dict(minimum=0)])
-def test_fit_to_memory_bad_arguments(kwargs):
-    args = dict(n=10, bytes_per_item=4, budget=10 ** 6) | kwargs
-    with pytest.raises(ValueError, match="fit_to_memory needs"):
-        dx.hardware.fit_to_memory(**args)
-
-
 class _FakeGPU:
     name, total_memory, major, minor = "Fake GPU", 8 * 1024 ** 3, 9, 0
 
@@ -130,7 +122,7 @@ def no_gpu_promised(monkeypatch):
 
 
 @pytest.mark.parametrize("environ, expected", [
-    ({}, 0), ({"D2L_EXPECT_GPU": "0"}, 0), ({"D2L_EXPECT_GPU": "1"}, 1),
+    ({}, 0), ({"D2L_EXPECT_GPU": "0"}, 0), ({"D2L_EXPECT_GPU": " 1"}, 1),
     ({"D2L_EXPECT_GPUS": "4"}, 4), ({"D2L_EXPECT_GPUS": " 2 ", "D2L_EXPECT_GPU": "1"}, 2),
     ({"D2L_EXPECT_GPUS": "0", "D2L_EXPECT_GPU": "1"}, 0), ({"D2L_EXPECT_GPUS": ""}, 0)])
 def test_expected_gpus_reads_the_count_or_the_flag(monkeypatch, environ, expected):
@@ -185,9 +177,8 @@ def test_the_test_suite_refuses_a_runner_short_of_gpus(tmp_path):
     assert "1 passed" not in run.stdout
 
 
-@pytest.mark.parametrize("value", ["1", "true", "YES", " on "])
-def test_expected_gpu_missing_is_an_error(monkeypatch, value):
-    monkeypatch.setenv("D2L_EXPECT_GPU", value)
+def test_expected_gpu_missing_is_an_error(monkeypatch):
+    monkeypatch.setenv("D2L_EXPECT_GPU", "1")
     monkeypatch.setattr(hardware, "accelerators", lambda: [])
     with pytest.raises(RuntimeError, match=r"D2L_EXPECT_GPU=1 says this machine has a CUDA GPU"):
         dx.hardware_report(verbose=False)
@@ -212,7 +203,7 @@ def test_expected_gpu_present_passes(monkeypatch):
     assert dx.hardware_report(verbose=False)["accelerators"][0]["name"] == "Fake GPU"
 
 
-@pytest.mark.parametrize("value", ["", "0", "false", "off"])
+@pytest.mark.parametrize("value", ["", "0", " "])
 def test_no_gpu_is_fine_unless_expected(monkeypatch, value):
     monkeypatch.setenv("D2L_EXPECT_GPU", value)
     monkeypatch.setattr(hardware, "accelerators", lambda: [])
@@ -221,7 +212,7 @@ def test_no_gpu_is_fine_unless_expected(monkeypatch, value):
 
 def test_expected_gpu_rejects_unclear_values(monkeypatch):
     monkeypatch.setenv("D2L_EXPECT_GPU", "maybe")
-    with pytest.raises(ValueError, match=r"D2L_EXPECT_GPU='maybe': set it to 1"):
+    with pytest.raises(ValueError, match=r"D2L_EXPECT_GPU='maybe': set it to the number"):
         dx.hardware_report(verbose=False)
 
 
@@ -313,19 +304,6 @@ A100, H100 = ("NVIDIA A100-SXM4-40GB", (8, 0)), ("NVIDIA H100 80GB HBM3", (9, 0)
 ])
 def test_cuda_arch_supported(capability, arch_list, runs):
     assert dx.hardware.cuda_arch_supported(capability, arch_list) is runs
-
-
-@pytest.mark.parametrize("bad", [(8,), (8, 0, 0), "86", 8.6, (8.0, 6), (True, 0), (-1, 0), None])
-def test_cuda_arch_supported_wants_a_pair_of_whole_numbers(bad):
-    with pytest.raises(ValueError, match=r"capability must be a pair of whole numbers such as "
-                                         r"\(8, 6\)"):
-        dx.hardware.cuda_arch_supported(bad, PINNED)
-
-
-@pytest.mark.parametrize("bad", ["sm_80", None, [80], b"sm_80"])
-def test_cuda_arch_supported_wants_a_list_of_names(bad):
-    with pytest.raises(ValueError, match=r"arch_list must be a list of names such as \['sm_80'"):
-        dx.hardware.cuda_arch_supported((8, 0), bad)
 
 
 @pytest.fixture

@@ -119,18 +119,6 @@ def test_without_setup_the_capture_lands_in_the_warm_runs():
     assert m.setup == [] and m.cold == 5.0 and model.calls >= 6
 
 
-@pytest.mark.parametrize("setup", [-1, 1.5, True, "1"])
-def test_measure_rejects_bad_setup(setup):
-    with pytest.raises(ValueError, match="setup"):
-        dx.measure(lambda: None, setup=setup)
-
-
-@pytest.mark.parametrize("seconds", [0, float("inf")])
-def test_measure_rejects_a_bad_time_cap(seconds):
-    with pytest.raises(ValueError, match="max_time"):
-        dx.measure(lambda: None, max_time=seconds)
-
-
 def test_measure_rejects_non_callable():
     with pytest.raises(TypeError, match="function to call"):
         dx.measure(42)
@@ -203,14 +191,9 @@ def test_measure_interleaved_stops_when_settled_or_out_of_time():
     assert 2.0 <= sum(out["u"].warm) <= 2.0 + 0.3 + 1e-9
 
 
-@pytest.mark.parametrize("call, error", [
-    (lambda: dx.measure_interleaved({}), ValueError),
-    (lambda: dx.measure_interleaved({"a": 1}), TypeError),
-    (lambda: dx.measure_interleaved({"a": lambda: None}, runs=0), ValueError),
-])
-def test_measure_interleaved_refuses_nonsense(call, error):
-    with pytest.raises(error):
-        call()
+def test_measure_interleaved_refuses_a_value_for_a_function():
+    with pytest.raises(TypeError, match="function to call"):
+        dx.measure_interleaved({"a": 1})
 
 
 def test_format_seconds_shows_the_spread_of_a_measurement():
