@@ -208,7 +208,7 @@ def _nccl_on(n_gpus: int, local_world: int, env: Mapping[str, str]) -> bool:
 def nccl_hint(nproc: int, env: Mapping[str, str], lines: Sequence[str] = (),
               timed_out: bool = True) -> str:
     """The likely cause of a hung NCCL run and its fix, in a sentence; '' where NCCL did not run."""
-    # A hang (the launch's timeout, or a worker's watchdog that ended it) with NCCL between GPUs.
+    # A hang: the launch's timeout, or a worker's watchdog that ended it.
     if not joins_nccl(nproc, env) or not (
             timed_out or any(map(NCCL_TIMEOUT_LINE.search, lines))):
         return ""
@@ -235,22 +235,17 @@ def _peer_copy_arrives(i: int, j: int, n: int = 1 << 18) -> bool:
     return torch.equal(copies[0].cpu(), want) and torch.equal(copies[1].cpu(), want[::2])
 
 
-def _print_broken_peer_pairs() -> None:
-    # Run in a process of its own by _peer_check: the GPUs workers would use, in rank order.
-    gpus = _cuda_gpus()[0]
-    print(json.dumps({"gpus": gpus, "broken": broken_peer_pairs(gpus)}))
-
-
 _PEER_CHECKS: dict[str | None, dict | str | None] = {}
 
 
 def _peer_check(nproc: int, env: Mapping[str, str], timeout: float = 60) -> list[str] | None:
-    # The failed copies between the GPUs of nproc workers ("0 -> 1"). All GPUs are checked once
-    # a process, in a process of its own: a copy that never ends cannot hang this one.
-    # None: the check itself failed, which proves nothing.
+    # The failed copies between the GPUs of nproc workers ("0 -> 1"). All GPUs (those workers
+    # use, in rank order) are checked once a process, in a process of its own: a copy that
+    # never ends cannot hang this one. None: the check itself failed, which proves nothing.
     key = env.get("CUDA_VISIBLE_DEVICES")
     if key not in _PEER_CHECKS:
-        code = f"from {__name__} import _print_broken_peer_pairs as p; p()"
+        code = (f"import json; from {__name__} import _cuda_gpus, broken_peer_pairs as b; "
+                "g = _cuda_gpus()[0]; print(json.dumps({'gpus': g, 'broken': b(g)}))")
         try:
             out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                  env=dict(env), timeout=timeout, stdin=subprocess.DEVNULL)
