@@ -179,8 +179,7 @@ _GA102 = "NVIDIA Ampere GA102 architecture whitepaper (2020), appendix A"
 # figures, twice as high, do not apply).
 _PEAKS = [
     (r"H100 80GB HBM3|H100 SXM5?( 80GB)?", "H100 SXM5 80GB", 3350, 63, 50, "h100/", _H100),
-    (r"H100( 80GB)? PCIe", "H100 PCIe 80GB", 2000, 63, 50, "h100/",
-     (26, 51, 378, 756, 756, 1513)),
+    (r"H100( 80GB)? PCIe", "H100 PCIe 80GB", 2000, 63, 50, "h100/", (26, 51, 378, 756, 756, 1513)),
     (r"H100 NVL", "H100 NVL 94GB", 3900, 63, 50, "h100/", (30, 60, 417.5, 835.5, 835.5, 1670.5)),
     (r"H200( SXM)?( 141GB)?", "H200 SXM 141GB", 4800, 63, 50, "h200/", _H100),
     (r"A100-SXM4-80GB", "A100 SXM4 80GB", 2039, 31.5, 40, "a100/", _A100),
