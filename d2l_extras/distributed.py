@@ -33,7 +33,6 @@ from .report import notice
 
 RESULT_ENV = "D2L_RESULT_FILE"
 # "1": torchrun forks its workers from its own process (Linux only); launch sets it without CUDA.
-# A fork must end by returning, raising or a non-zero exit: after os._exit(0) torchrun waits.
 FORK_ENV = "D2L_FORK_WORKERS"
 # What a stuck NCCL collective leaves in a worker's output before its watchdog ends the process.
 NCCL_TIMEOUT_LINE = re.compile(r"Watchdog caught collective operation timeout"
@@ -69,8 +68,8 @@ def is_loopback(host: str) -> bool:
     return host == "localhost"
 
 
-# What a finished run gave back: its output lines, seconds taken, rank 0's result, the command.
-LaunchResult = collections.namedtuple("LaunchResult", "output seconds result command")
+# What a finished run gave back: its output lines and rank 0's result.
+LaunchResult = collections.namedtuple("LaunchResult", "output result")
 
 
 def _running(p: psutil.Process) -> bool:
@@ -151,7 +150,6 @@ def launch(module: str, nproc: int, args: Sequence[str] = (), timeout: float = 3
                     if echo:
                         print(lines[-1], flush=True)
 
-        start = time.monotonic()
         # A session of its own: an interrupt does not reach torchrun half-way; launch stops it.
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, text=True, env=run_env,
@@ -161,7 +159,6 @@ def launch(module: str, nproc: int, args: Sequence[str] = (), timeout: float = 3
         reader.start()
         try:
             _wait(proc, known, timeout)
-            seconds = time.monotonic() - start
             timed_out = proc.poll() is None
         finally:  # also on KeyboardInterrupt: nothing outlives the call
             with _sigint_deferred():
@@ -184,7 +181,7 @@ def launch(module: str, nproc: int, args: Sequence[str] = (), timeout: float = 3
                               "Last output:\n" + "\n".join(lines[-25:]),
                               proc.returncode, codes, lines)
         result = json.loads(result_file.read_text("utf-8")) if result_file.exists() else None
-        return LaunchResult(lines, seconds, result, cmd)
+        return LaunchResult(lines, result)
 
 
 def joins_nccl(nproc: int, env: Mapping[str, str]) -> bool:
@@ -201,16 +198,14 @@ def joins_nccl(nproc: int, env: Mapping[str, str]) -> bool:
 def _nccl_on(n_gpus: int, local_world: int, env: Mapping[str, str]) -> bool:
     # A GPU each (one this build has kernels for) where torch has NCCL (not Windows, macOS),
     # unless D2L_BACKEND=gloo asks for the CPU.
-    return n_gpus >= local_world and env.get("D2L_BACKEND") != "gloo" \
-        and dist.is_nccl_available()
+    return n_gpus >= local_world and env.get("D2L_BACKEND") != "gloo" and dist.is_nccl_available()
 
 
 def nccl_hint(nproc: int, env: Mapping[str, str], lines: Sequence[str] = (),
               timed_out: bool = True) -> str:
     """The likely cause of a hung NCCL run and its fix, in a sentence; '' where NCCL did not run."""
-    # A hang (the launch's timeout, or a worker's watchdog that ended it) with NCCL between GPUs.
-    if not joins_nccl(nproc, env) or not (
-            timed_out or any(map(NCCL_TIMEOUT_LINE.search, lines))):
+    # A hang: the launch's timeout, or a worker's watchdog that ended it.
+    if not joins_nccl(nproc, env) or not (timed_out or any(map(NCCL_TIMEOUT_LINE.search, lines))):
         return ""
     if env.get("NCCL_P2P_DISABLE", "0").strip() not in ("", "0"):
         return ("NCCL hung with NCCL_P2P_DISABLE=1 already: add NCCL_IB_DISABLE=1, or run the "
@@ -235,22 +230,17 @@ def _peer_copy_arrives(i: int, j: int, n: int = 1 << 18) -> bool:
     return torch.equal(copies[0].cpu(), want) and torch.equal(copies[1].cpu(), want[::2])
 
 
-def _print_broken_peer_pairs() -> None:
-    # Run in a process of its own by _peer_check: the GPUs workers would use, in rank order.
-    gpus = _cuda_gpus()[0]
-    print(json.dumps({"gpus": gpus, "broken": broken_peer_pairs(gpus)}))
-
-
 _PEER_CHECKS: dict[str | None, dict | str | None] = {}
 
 
 def _peer_check(nproc: int, env: Mapping[str, str], timeout: float = 60) -> list[str] | None:
-    # The failed copies between the GPUs of nproc workers ("0 -> 1"). All GPUs are checked once
-    # a process, in a process of its own: a copy that never ends cannot hang this one.
-    # None: the check itself failed, which proves nothing.
+    # The failed copies between the GPUs of nproc workers ("0 -> 1"). All GPUs (those workers
+    # use, in rank order) are checked once a process, in a process of its own: a copy that
+    # never ends cannot hang this one. None: the check itself failed, which proves nothing.
     key = env.get("CUDA_VISIBLE_DEVICES")
     if key not in _PEER_CHECKS:
-        code = f"from {__name__} import _print_broken_peer_pairs as p; p()"
+        code = (f"import json; from {__name__} import _cuda_gpus, broken_peer_pairs as b; "
+                "g = _cuda_gpus()[0]; print(json.dumps({'gpus': g, 'broken': b(g)}))")
         try:
             out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                  env=dict(env), timeout=timeout, stdin=subprocess.DEVNULL)
@@ -269,8 +259,7 @@ def _peer_check(nproc: int, env: Mapping[str, str], timeout: float = 60) -> list
 
 def peer_env(nproc: int, env: Mapping[str, str]) -> dict[str, str]:
     """{'NCCL_P2P_DISABLE': '1'} for NCCL workers on GPUs whose peer copies fail, else {}."""
-    # Where torch reports peer access that does not work (Kaggle's 2 x T4), NCCL's peer
-    # transport waits forever; through the host it works. A choice already made is kept.
+    # NCCL's peer transport waits forever there; through the host it works. A choice made stays.
     if "NCCL_P2P_DISABLE" in env or "NCCL_P2P_LEVEL" in env or not joins_nccl(nproc, env):
         return {}
     broken = _peer_check(nproc, env)

@@ -104,8 +104,7 @@ class TinyGPT(nn.Module):
         self.tok_emb = nn.Embedding(vocab_size, d_model)
         self.pos_emb = nn.Embedding(seq_len, d_model)
         self.blocks = nn.ModuleList(Block(d_model, n_heads) for _ in range(n_layers))
-        self.ln_f = nn.LayerNorm(d_model)
-        self.head = nn.Linear(d_model, vocab_size, bias=False)
+        self.ln_f, self.head = nn.LayerNorm(d_model), nn.Linear(d_model, vocab_size, bias=False)
         for module in self.modules():  # GPT-2's initialization: small normal weights, no biases
             if isinstance(module, (nn.Linear, nn.Embedding)):
                 nn.init.normal_(module.weight, std=0.02)
@@ -118,11 +117,9 @@ class TinyGPT(nn.Module):
             raise ValueError(f"TinyGPT needs integer ids of shape (batch, T <= "
                              f"{len(self.pos_emb.weight)}), got {tuple(X.shape)} of {X.dtype}")
         x = self.tok_emb(X) + self.pos_emb.weight[:X.shape[1]]
-        for i, block in enumerate(self.blocks):
-            if self.checkpoint and i % self.checkpoint == 0 and torch.is_grad_enabled():
-                x = _checkpoint(block, x, use_reentrant=False)  # recomputed in backward
-            else:
-                x = block(x)
+        for i, block in enumerate(self.blocks):  # a checkpointed block: recomputed in backward
+            recompute = self.checkpoint and i % self.checkpoint == 0 and torch.is_grad_enabled()
+            x = _checkpoint(block, x, use_reentrant=False) if recompute else block(x)
         return self.head(self.ln_f(x))
 
     @staticmethod
@@ -165,8 +162,7 @@ _FRACTION = 0.6         # of free memory; the rest is the allocator's slack and 
 GROWTH = 4              # the notebook's larger batch: GROWTH x batch must fit as well
 
 
-def training_bytes(d_model: int, n_heads: int, n_layers: int, seq_len: int,
-                   batch: int) -> int:
+def training_bytes(d_model: int, n_heads: int, n_layers: int, seq_len: int, batch: int) -> int:
     """Bytes one float32 Adam training step of TinyGPT holds, over-estimated for sizing."""
     params = 12 * n_layers * d_model ** 2 + (seq_len + 2 * _VOCAB) * d_model
     # Weights, gradients, Adam's two moments; per layer and sequence about 24 (T x d) float32

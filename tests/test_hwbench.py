@@ -126,24 +126,21 @@ def test_roofline_measures_real_rates():
 
 
 @pytest.mark.parametrize("k", range(1, 9))
-def test_p2p_access_for_k_simulated_gpus(k):
+def test_p2p_access_for_k_simulated_gpus(k, monkeypatch):
     gpus = [torch.device("cuda", i) for i in range(k)]
     # a simulated 8-GPU server: two NVLink islands of 4 GPUs
-    access = hb.p2p_access(gpus, can_access=lambda a, b: a // 4 == b // 4)
+    monkeypatch.setattr(torch.cuda, "can_device_access_peer", lambda a, b: a // 4 == b // 4)
+    access = hb.p2p_access(gpus)
     assert access == [[i // 4 == j // 4 for j in range(k)] for i in range(k)]
     assert hb.p2p_access(["cpu"] * k) == [[i == j for j in range(k)] for i in range(k)]
-
-
-def test_machine_load_is_a_share_of_the_cpus_time():
-    assert 0 <= hb.machine_load(0.05) <= 1
 
 
 def test_one_thread_if_busy(monkeypatch):
     threads = torch.get_num_threads()
     try:
-        monkeypatch.setattr(hb, "machine_load", lambda interval=None: 0.1)
+        monkeypatch.setattr(hb.psutil, "cpu_percent", lambda interval=None: 10.0)
         assert hb.one_thread_if_busy("cpu") == threads          # quiet: all threads
-        monkeypatch.setattr(hb, "machine_load", lambda interval=None: 0.9)
+        monkeypatch.setattr(hb.psutil, "cpu_percent", lambda interval=None: 90.0)
         assert hb.one_thread_if_busy(torch.device("cuda", 0)) == threads  # not the CPU
         assert hb.one_thread_if_busy("cpu") == 1                 # busy: one thread
     finally:
@@ -239,22 +236,10 @@ def test_gpu_rates_are_below_the_published_peak():
 
 # --- bad input says what is valid
 
-@pytest.mark.parametrize("call", [lambda: hb.roofline(0), lambda: hb.roofline(1024, k=0),
-                                  lambda: hb.roofline(1024, k=10 ** 7)], ids=lambda c: "")
-def test_bad_sizes_raise_value_error(call):
-    with pytest.raises(ValueError, match=r">= 1|pick a smaller k"):
-        call()
-
-
 @pytest.mark.parametrize("dtype", ["float8", "int32", "double", torch.int64, None])
 def test_unknown_dtype_raises(dtype):
     with pytest.raises(ValueError, match="unknown dtype .* use one of float64, float32"):
         hb.dtype_supported(dtype, "cpu")
-
-
-def test_unknown_device_raises():
-    with pytest.raises(ValueError, match="unknown device"):
-        hb.dtype_supported("float32", "gpu9")
 
 
 def test_exported_from_package():
