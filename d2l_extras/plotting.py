@@ -33,8 +33,7 @@ def _draw_inline() -> None:
         from IPython import get_ipython
     except ImportError:
         return
-    shell = get_ipython()
-    if shell is not None and getattr(shell, "kernel", None) is not None:
+    if getattr(shell := get_ipython(), "kernel", None) is not None:
         shell.run_line_magic("matplotlib", "inline")
 
 
