@@ -8,11 +8,9 @@ ENV_VAR = "D2L_PROFILE"
 PROFILES = ("ci", "class", "full")
 DEFAULT_PROFILE = "class"
 # What each profile promises, shown by the hardware report and in errors.
-DESCRIPTIONS = {
-    "ci": "seconds per notebook, for CPU test runners",
-    "class": "about a minute per notebook on a laptop",
-    "full": "the book's problem sizes",
-}
+DESCRIPTIONS = {"ci": "seconds per notebook, for CPU test runners",
+                "class": "about a minute per notebook on a laptop",
+                "full": "the book's problem sizes"}
 
 
 def profile() -> str:
