@@ -15,45 +15,21 @@ import importlib
 
 from . import _saved
 
-# One module per concept, and its public names.
+# One module per concept, and its public names (what each is for: CONTRIBUTING.md, "Where things
+# live"). A module with no names is listed for dx.MODULE.NAME.
 _EXPORTS = {
-    # argument checks, used inside the package
-    "checks": [],
-    # the set-up cell's second half: versions checked, what is missing installed
-    "bootstrap": ["setup"],
-    "profiles": ["by_profile"],
-    # problem sizes per experiment, device kind and free memory
-    "sizes": ["problem_size"],
-    # figures a notebook measured, collected by `make report`
-    "report": ["record"],
-    "hardware": ["cuda_gpus", "default_device", "devices", "hardware_report"],
-    # measurements with their noise: one way to time, one comparison, predictions in a band
+    "checks": [], "bootstrap": ["setup"], "profiles": ["by_profile"], "sizes": ["problem_size"],
+    "report": ["record"], "hardware": ["cuda_gpus", "default_device", "devices", "hardware_report"],
     "timing": ["format_seconds", "measure", "measure_interleaved", "synchronize"],
     "bands": ["Band", "check_prediction", "compare"],
     "plotting": ["bar_chart", "plot_roofline", "plot_timeline", "use_slide_style"],
-    "compiler": ["last_level_cache", "maybe_compile"],
-    "distributed": ["launch"],
-    # asynchronous computation, automatic parallelism: profiler timelines
+    "compiler": ["last_level_cache", "maybe_compile"], "distributed": ["launch"],
     "profiling": ["busy_time", "profile_trace", "record_timeline"],
-    # hardware: measurements of this machine
-    "hwbench": ["dtype_supported", "one_thread_if_busy", "roofline"],
-    # models of compute: t = max(overhead, bytes / bandwidth, flops / peak), the roofline
-    "perfmodel": [],
-    # memory: the most bytes a call allocates (the CPU's from the profiler)
-    "memory": ["peak_memory"],
-    # multiple GPUs: data, models, data parallelism (ddp.py runs under torchrun)
-    "data": ["load_images"],
-    "models": [],
-    "parallel": ["allow_tf32", "evaluate_accuracy"],
-    # parameter servers: cost model, ring allreduce, sharded key-value store
-    "communication": ["ring_time", "speedup"],
-    "ring": ["bus_bandwidth"],
-    "kvstore": [],
-    # capstone: a character-level transformer on The Time Machine, and its DDP job around
-    # notebook 09's step (capstone.py, generated)
-    "transformer": ["TinyGPT", "capstone_job", "load_text"],
-    # exercises: a one-line check of a student's answer (worked solutions, make student)
-    "exercises": ["check"],
+    "hwbench": ["dtype_supported", "one_thread_if_busy", "roofline"], "perfmodel": [],
+    "memory": ["peak_memory"], "data": ["load_images"], "models": [],
+    "parallel": ["allow_tf32", "evaluate_accuracy"], "communication": ["ring_time", "speedup"],
+    "ring": ["bus_bandwidth"], "kvstore": [],
+    "transformer": ["TinyGPT", "capstone_job", "load_text"], "exercises": ["check"],
 }
 _OWNER = {name: module for module, names in _EXPORTS.items() for name in names}
 _OWNER.update(_saved.NAMES)  # the generated modules' names: tools/save.py keeps this index

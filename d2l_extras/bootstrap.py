@@ -65,10 +65,9 @@ def setup(run: Callable[[Sequence[str]], subprocess.CompletedProcess] = _pip) ->
         keep = os.path.join(folder, "platform.txt")
         with open(keep, "w") as f:
             f.writelines(f"{p}=={_version(p)}\n" for p in KEEP if _version(p))
-        steps = [[r for r in missing if r != D2L], [D2L] if D2L in missing else []]
-        for extra, names in zip((["-c", keep], ["--no-deps"]), steps):
-            done = run(["install", "-q", *extra, *names]) if names else None
-            if done is not None and done.returncode != 0:
+        for extra, names in ((["-c", keep], [r for r in missing if r != D2L]),
+                             (["--no-deps"], [r for r in missing if r == D2L])):
+            if names and (done := run(["install", "-q", *extra, *names])).returncode != 0:
                 print(done.stdout[-3000:], done.stderr[-3000:])
                 raise RuntimeError("The install failed (pip's output above): is the "
                                    "internet on? (Kaggle: Settings > Internet)")

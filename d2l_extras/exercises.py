@@ -1,7 +1,5 @@
 """Exercises: a one-line check that tells a student whether an answer is right, not yet right
 (with a hint) or not answered yet (the student version's `...`), never with a traceback."""
-from __future__ import annotations
-
 import math
 import numbers
 from typing import Any, Callable
@@ -25,9 +23,8 @@ def _passes(answer: Any, expected: Any, rel: float) -> bool:
 def check(label: str, answer: Any, expected: Any | Callable[[Any], bool], *,
           rel: float = 1e-6, hint: str = "") -> None:
     """Print one line: does `answer` meet `expected` (a value, within `rel`, or a predicate)?"""
-    # `...`, the student version's placeholder, is not answered yet; a predicate that raises
-    # is a wrong answer with its reason. None returned: a cell ending with the call shows the
-    # line alone.
+    # A predicate that raises is a wrong answer with its reason. None returned: a cell ending
+    # with the call shows the line alone.
     if answer is Ellipsis:
         print(f"{label}: {OPEN}: replace the ... above with your answer")
         return

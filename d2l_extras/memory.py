@@ -1,4 +1,5 @@
 """Where training's memory goes: the most bytes a call allocates, on a CPU or a GPU."""
+import itertools
 from typing import Callable
 
 import torch
@@ -27,8 +28,4 @@ def peak_memory(fn: Callable[[], object], device: torch.device | str = "cpu") ->
     events = profile_trace(fn, [device], memory=True)["traceEvents"]
     changes = sorted((e["ts"], e["args"]["Bytes"]) for e in events if e.get("name") == "[memory]"
                      and e.get("args", {}).get("Device Type") == 0)
-    now = peak = 0
-    for _, n_bytes in changes:
-        now += n_bytes
-        peak = max(peak, now)
-    return peak
+    return max(itertools.accumulate((n_bytes for _, n_bytes in changes), initial=0))

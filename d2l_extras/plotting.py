@@ -33,8 +33,7 @@ def _draw_inline() -> None:
         from IPython import get_ipython
     except ImportError:
         return
-    shell = get_ipython()
-    if shell is not None and getattr(shell, "kernel", None) is not None:
+    if getattr(shell := get_ipython(), "kernel", None) is not None:
         shell.run_line_magic("matplotlib", "inline")
 
 
@@ -59,8 +58,7 @@ def bar_chart(values: Mapping[str, "float | Band | Measurement"], ylabel: str = 
     place = {"label_type": "center", "color": "white"} if inside else {"padding": 2}
     # Plain numbers: 3 significant digits, thousands in full (5,524, not 5.52e+03).
     ax.bar_label(bars, [format_seconds(h) if seconds else f"{h:,.0f}" if abs(h) >= 1e3
-                        else f"{h:.3g}" for h in heights],
-                 fontsize=MIN_POINTS, **place)
+                        else f"{h:.3g}" for h in heights], fontsize=MIN_POINTS, **place)
     ax.set_ylabel(ylabel)
     _tilt_if_crowded(ax, names)
     ax.set_ylim(0, max(b.high for b in bands) * 1.18)   # room for the labels above the bars
@@ -154,12 +152,10 @@ def plot_roofline(bandwidth_gbps: float, peak_gflops: float, kernels: Sequence =
     lo, hi = min(xs) / 4, max(xs) * 4
     ax.plot([lo, ridge, hi], [bandwidth_gbps * lo, peak_gflops, peak_gflops], "k-", lw=2)
     ax.axvline(ridge, color="gray", ls=":", lw=1)
-    ax.annotate(f"ridge {ridge:.2g} FLOP/B", (ridge, peak_gflops), textcoords="offset points",
-                xytext=(4, -16), fontsize=MIN_POINTS, color="gray")
-    ax.annotate(f"memory {bandwidth_gbps:.3g} GB/s", (lo, bandwidth_gbps * lo),
-                textcoords="offset points", xytext=(4, 6), fontsize=MIN_POINTS)
-    ax.annotate(f"peak {peak_gflops:.3g} GFLOP/s", (hi, peak_gflops), textcoords="offset points",
-                xytext=(-4, 4), ha="right", fontsize=MIN_POINTS)
+    text = {"textcoords": "offset points", "fontsize": MIN_POINTS}  # xytext: points from xy
+    ax.annotate(f"ridge {ridge:.2g} FLOP/B", (ridge, peak_gflops), (4, -16), color="gray", **text)
+    ax.annotate(f"memory {bandwidth_gbps:.3g} GB/s", (lo, bandwidth_gbps * lo), (4, 6), **text)
+    ax.annotate(f"peak {peak_gflops:.3g} GFLOP/s", (hi, peak_gflops), (-4, 4), ha="right", **text)
     for i, k in enumerate(kernels):
         band = getattr(k, "gflops_band", None)   # measured kernels: the runs' spread
         err = _whiskers([band]) if band is not None and band.high > band.low else None

@@ -10,16 +10,15 @@ ENV_VAR = "D2L_REPORT_DIR"
 RECORDS = "records.jsonl"
 
 
-def record(key: str, value: float, unit: str, note: str = "", notebook: str | None = None) -> float:
+def record(key: str, value: float, unit: str, note: str = "") -> float:
     """Hand one measured figure to `make report` (no-op without D2L_REPORT_DIR); return it."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(f"record({key!r}): value must be a finite number that was measured, "
                          f"got {value!r}")
     target = os.environ.get(ENV_VAR, "").strip()
     if target:
-        row = {"key": key, "value": float(value), "unit": unit, "note": note,
-               "notebook": notebook or os.environ.get("D2L_REPORT_NOTEBOOK", ""),
-               "time": time.time()}
+        row = {"key": key, "value": float(value), "unit": unit, "note": note, "time": time.time(),
+               "notebook": os.environ.get("D2L_REPORT_NOTEBOOK", "")}  # tools/report.py sets it
         Path(target).mkdir(parents=True, exist_ok=True)
         with open(Path(target) / RECORDS, "a", encoding="utf-8") as f:
             f.write(json.dumps(row) + "\n")

@@ -76,24 +76,16 @@ def device_kind(device: torch.device | str) -> str:
     return "gpu" if torch.device(device).type in ("cuda", "mps") else "cpu"
 
 
-def wanted_size(name: str, device: torch.device | str = "cpu",
-                profile_name: str | None = None) -> int:
-    """Return the size experiment `name` wants on this kind of device, before fitting memory."""
-    if name not in SIZES:
-        raise ValueError(f"no size policy for {name!r}; known experiments: "
-                         f"{', '.join(sorted(SIZES))} (add one to d2l_extras/sizes.py)")
-    prof = profile() if profile_name is None else profile_name
-    return getattr(SIZES[name], device_kind(device))[PROFILES.index(prof)]
-
-
 def problem_size(name: str, device: torch.device | str = "cpu", *, count: int | None = None,
                  budget: int | None = None, profile_name: str | None = None) -> int:
     """Size for `name` on `device`: the wanted size, shrunk to free memory (or `budget` bytes)."""
-    wanted, exp = wanted_size(name, device, profile_name), SIZES[name]
+    if name not in SIZES:
+        raise ValueError(f"no size policy for {name!r}; known experiments: "
+                         f"{', '.join(sorted(SIZES))} (add one to d2l_extras/sizes.py)")
+    exp = SIZES[name]
+    wanted = getattr(exp, device_kind(device))[PROFILES.index(profile_name or profile())]
     if exp.count:
         return square_side(wanted, count=exp.count if count is None else count, device=device,
                            fraction=exp.fraction, minimum=exp.minimum, budget=budget)
-    if count is not None:
-        raise ValueError(f"count= applies to square experiments only, not {name!r}")
     return fit_to_memory(wanted, exp.bytes_per_item, device, fraction=exp.fraction,
                          minimum=exp.minimum, budget=budget)

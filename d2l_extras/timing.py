@@ -109,8 +109,7 @@ def _prepare(fns: Mapping[str, object], seconds: float | None, devices: Devices)
 
 
 def measure(fn: Callable[[], object], name: str = "", *, devices: Devices = None, setup: int = 0,
-            spread: float = SPREAD, max_time: float | None = None,
-            clock: Clock = time.perf_counter) -> Measurement:
+            max_time: float | None = None, clock: Clock = time.perf_counter) -> Measurement:
     """Time fn's first call and `setup` more apart, then warm runs until settled or out of time."""
     from torch.utils.benchmark import Timer
 
@@ -123,16 +122,15 @@ def measure(fn: Callable[[], object], name: str = "", *, devices: Devices = None
     read = (lambda: synchronize(devices) or clock()) if devices else clock
     timer = Timer("fn()", globals={"fn": fn}, timer=read,
                   num_threads=torch.get_num_threads())
-    runs = timer.adaptive_autorange(spread, min_run_time=min(0.05, seconds / 4),
+    runs = timer.adaptive_autorange(SPREAD, min_run_time=min(0.05, seconds / 4),
                                     max_run_time=seconds)
     return Measurement(name or getattr(fn, "__name__", "fn"), cold, list(runs.times), calls,
                        runs.number_per_run)
 
 
 def measure_interleaved(fns: Mapping[str, Callable[[], object]], *, devices: Devices = None,
-                        runs: int | None = None, spread: float = SPREAD,
-                        max_time: float | None = None, before: Callable[[], object] | None = None,
-                        balance: bool = False,
+                        runs: int | None = None, max_time: float | None = None,
+                        before: Callable[[], object] | None = None, balance: bool = False,
                         clock: Clock = time.perf_counter) -> dict[str, Measurement]:
     """Time several functions in turns, a run of each per round, after one cold call each."""
     # In turns, load from other programs slows all alike; `balance` makes runs of equal length.
@@ -154,7 +152,7 @@ def measure_interleaved(fns: Mapping[str, Callable[[], object]], *, devices: Dev
         # `runs` rounds; else at least 4, until every spread is small or max_time is spent
         spent = sum(sum(w) * number[n] for n, w in warm.items())
         if len(warm[name]) >= (runs or 4) and (runs or spent > seconds or all(
-                Band.of(w).spread * 2 < spread for w in warm.values())):
+                Band.of(w).spread * 2 < SPREAD for w in warm.values())):
             break
     return {name: Measurement(name, cold[name], warm[name], number=number[name])
             for name in fns}

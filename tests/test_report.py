@@ -15,7 +15,8 @@ def test_record_is_a_no_op_without_the_variable(monkeypatch, tmp_path):
 
 def test_records_are_appended_in_order(monkeypatch, tmp_path):
     monkeypatch.setenv("D2L_REPORT_DIR", str(tmp_path / "run"))
-    dx.record("a", 1, "s", "first", notebook="01")
+    monkeypatch.setenv("D2L_REPORT_NOTEBOOK", "01")
+    dx.record("a", 1, "s", "first")
     dx.record("b", 2.5, "GB/s")
     rows = dx.report.read_records(tmp_path / "run")
     assert [(r["key"], r["value"], r["unit"]) for r in rows] == [("a", 1.0, "s"), ("b", 2.5, "GB/s")]

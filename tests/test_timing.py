@@ -83,7 +83,7 @@ def test_measure_groups_fast_calls_into_runs():
 def test_measure_stops_at_the_time_cap_when_runs_keep_spreading():
     costs = [1.0] + [0.1, 0.3] * 100      # runs that never settle: IQR 100% of the median
     clock = WorkClock(costs)
-    m = dx.measure(clock.work, clock=clock, max_time=1.0, spread=0.05)
+    m = dx.measure(clock.work, clock=clock, max_time=1.0)
     assert 1.0 <= sum(m.warm) <= 1.0 + 0.3 + 1e-9     # stopped once 1 s of runs was spent
     assert m.band.low == pytest.approx(0.1) and m.band.high == pytest.approx(0.3)
 
