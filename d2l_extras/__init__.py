@@ -41,9 +41,8 @@ _EXPORTS = {
     "perfmodel": [],
     # memory: the most bytes a call allocates (the CPU's from the profiler)
     "memory": ["peak_memory"],
-    # multiple GPUs: data, models, data parallelism (ddp.py runs under torchrun)
+    # multiple GPUs: data, data parallelism (ddp.py runs under torchrun)
     "data": ["load_images"],
-    "models": [],
     "parallel": ["allow_tf32", "evaluate_accuracy"],
     # parameter servers: cost model, ring allreduce, sharded key-value store
     "communication": ["ring_time", "speedup"],

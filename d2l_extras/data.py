@@ -14,7 +14,6 @@ import torch
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-from .checks import whole_number
 from .profiles import by_profile
 from .report import notice as _notice
 
@@ -92,10 +91,9 @@ class ImageData:
     test: TensorDataset
     fallback: str = ""  # why Fashion-MNIST was not used, when it was asked for ("" otherwise)
 
-    def loaders(self, batch_size: int, shuffle: bool = True, seed: int = 0
-                ) -> tuple[DataLoader, DataLoader]:
+    def loaders(self, batch_size: int, seed: int = 0) -> tuple[DataLoader, DataLoader]:
         """Return (train, test) DataLoaders; the training order is reproducible from seed."""
-        return (DataLoader(self.train, batch_size, shuffle=shuffle,
+        return (DataLoader(self.train, batch_size, shuffle=True,
                            generator=torch.Generator().manual_seed(seed)),
                 DataLoader(self.test, batch_size, shuffle=False))
 
@@ -111,11 +109,8 @@ def load_images(n_train: int | None = None, n_test: int | None = None, source: s
                 root: str | os.PathLike | None = None, download: bool = True,
                 timeout: float = 5.0, verbose: bool = True) -> ImageData:
     """Load Fashion-MNIST (cached or downloaded), else the digits; print which, in one line."""
-    if source not in SOURCES:
-        raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
     default_train, default_test = default_sizes()
-    n_train = whole_number(n_train or default_train, "n_train")
-    n_test = whole_number(n_test or default_test, "n_test")
+    n_train, n_test = n_train or default_train, n_test or default_test
     root = pathlib.Path(root or os.environ.get(DATA_ENV, "").strip() or "~/.cache/d2l-extras")
     root = root.expanduser()
     folder = root / "FashionMNIST" / "raw"  # where torchvision keeps it
