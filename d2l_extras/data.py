@@ -1,5 +1,4 @@
 """Training data: Fashion-MNIST, cached (never in the repository) or downloaded, else the digits."""
-
 import contextlib
 import functools
 import importlib.util
@@ -29,9 +28,10 @@ def default_sizes() -> tuple[int, int]:
     return by_profile((1024, 300), (12000, 2000), (60000, 10000))
 
 
-def _read_fashion(root: pathlib.Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    import torchvision  # imported only here: it takes seconds to import
-    sets = {split: torchvision.datasets.FashionMNIST(str(root), train=split == "train")
+def _read_fashion(root: pathlib.Path, download: bool = False
+                  ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    from torchvision.datasets import FashionMNIST  # imported only here: it takes seconds
+    sets = {split: FashionMNIST(str(root), train=split == "train", download=download)
             for split in ("train", "test")}
     return {split: (d.data.numpy(), d.targets.numpy()) for split, d in sets.items()}
 
@@ -53,10 +53,8 @@ def _download_fashion(root: pathlib.Path, timeout: float) -> str:
         return f"no answer within {timeout:.0f} s" if thread.is_alive() else "no network"
     previous = socket.getdefaulttimeout()
     try:
-        import torchvision  # imported only here: it takes seconds to import
         socket.setdefaulttimeout(max(timeout, 30))  # a stalled transfer must not hang the notebook
-        for train in (True, False):
-            torchvision.datasets.FashionMNIST(str(root), train=train, download=True)
+        _read_fashion(root, download=True)
     except Exception:  # any failure means: use the fallback, and say so in a few words
         return "the download failed"
     finally:

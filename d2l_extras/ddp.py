@@ -1,9 +1,7 @@
 """What notebook 07's DDP job (d2l_extras.ddp_job, saved from the notebook) uses around its loop.
 
-The job joins the process group, loads this process's data, times, tests and prints each epoch,
-and measures what the notebook reads (no_sync, a step's timeline, communication). Without
-torchrun it trains alone. With 2 processes, and on 2 machines with 4 GPUs each (--node-rank=1 on
-the other; the port must be open):
+Without torchrun the job trains alone. With 2 processes, and on 2 machines with 4 GPUs each
+(--node-rank=1 on the other; the port must be open):
     python -m d2l_extras.distributed --nproc-per-node=2 -m d2l_extras.ddp_job --epochs 2
     python -m torch.distributed.run --nnodes=2 --node-rank=0 --nproc-per-node=4 \\
         --master-addr=10.0.0.1 --master-port=29500 -m d2l_extras.ddp_job --epochs 10
@@ -72,7 +70,6 @@ def run_sizes(device: str, budget: int | None = None) -> list[str]:
 
 def run_plan(n_gpus: int, batch_size: int, budget: int | None = None) -> SimpleNamespace:
     """Plan 1 vs k processes: n_gpus (>= 2) with ddp_batch each, else 2 CPU ones on batch_size."""
-    # args and env of the 1- and k-process runs, sized for their device of `budget` free bytes
     per_gpu = dx.problem_size("ddp_batch", "cuda", budget=budget) if n_gpus else 0
     if worker_device(max(n_gpus, 2), n_gpus=n_gpus).type == "cuda":  # one NCCL process per GPU
         k, batch, device, args, env, gpu_args = n_gpus, n_gpus * per_gpu, "cuda", [], {}, []
@@ -121,18 +118,16 @@ def no_sync_check(device: torch.device, micro_batch: int = 4, seed: int = 0) -> 
     net = copy.deepcopy(ref_net).to(device)
     F.cross_entropy(ref_net(X), y).backward()  # the whole global batch in one process
     model = DistributedDataParallel(net, device_ids=[device] if device.type == "cuda" else None)
-    X_r, y_r = (t.chunk(world)[rank].to(device) for t in (X, y))
-    halves = (slice(0, micro_batch), slice(micro_batch, None))
+    X_r, y_r = (t.chunk(world)[rank].to(device).split(micro_batch) for t in (X, y))
     with model.no_sync():  # backward only accumulates into .grad; no allreduce
-        (F.cross_entropy(model(X_r[halves[0]]), y_r[halves[0]]) / 2).backward()
+        (F.cross_entropy(model(X_r[0]), y_r[0]) / 2).backward()
     unsynced = all_gather(torch.cat([p.grad.flatten() for p in model.parameters()]))
     # The second micro-batch runs outside no_sync: its backward allreduces the accumulated sum.
-    (F.cross_entropy(model(X_r[halves[1]]), y_r[halves[1]]) / 2).backward()
+    (F.cross_entropy(model(X_r[1]), y_r[1]) / 2).backward()
     pairs = list(zip(model.parameters(), ref_net.parameters()))
     return {"max_error": max((p.grad.cpu() - r.grad).abs().max().item() for p, r in pairs),
             "grad_scale": max(r.grad.abs().max().item() for _, r in pairs),
-            "unsynced_difference": max((g - unsynced[0]).abs().max().item() for g in unsynced),
-            "micro_batch": micro_batch, "global_batch": len(X)}
+            "unsynced_difference": max((g - unsynced[0]).abs().max().item() for g in unsynced)}
 
 
 # NCCL's kernels (ncclKernel_ before NCCL 2.19) and ops (nccl:all_reduce, c10d::allreduce_...)
@@ -210,8 +205,7 @@ def step_timeline(step: Callable[[], object], device: torch.device) -> list[dict
 
 def time_comm(model: DistributedDataParallel, X: torch.Tensor, y: torch.Tensor, steps: int,
               batches: Sequence[int] = ()) -> dict:
-    """Time passes with and without (no_sync) gradient sync per batch, and allreduces alone."""
-    # Each pass trains on X[:b]; every process calls it alike (a barrier per run).
+    """On every process: time passes on X[:b] with and without (no_sync) sync, allreduces alone."""
     batches = list(batches) or [len(X)]
     device = next(model.parameters()).device
     timed = partial(dx.measure_interleaved, devices=[device], runs=steps, before=dist.barrier)
@@ -336,6 +330,5 @@ class Job:
 def entry_point(train: Callable[[argparse.Namespace], dict]) -> Callable[..., None]:
     """The `main(argv=None)` torchrun runs: parse, train(args), rank 0 hands back the result."""
     def main(argv: list[str] | None = None) -> None:
-        args = parse_args(argv)
-        run_worker(lambda: train(args))
+        run_worker(partial(train, parse_args(argv)))
     return main

@@ -241,7 +241,7 @@ def task_staleness(args) -> dict:
     for tau in args.staleness:
         X, y, net, store = _setup(args, max_staleness=tau, seed=args.seed)
         curves[str(tau)] = train_kvstore(store, net, X, y, args.steps, args.batch,
-                                 seed=args.seed, eval_every=args.eval_every)
+                                         seed=args.seed, eval_every=args.eval_every)
         ages = store.versions_served  # how old the weights served to rank 0 were (0: newest)
         served[str(tau)] = {"max": max(ages), "stale_share": sum(a > 0 for a in ages) / len(ages)}
     return {"world": store.world, "curves": curves, "served": served}

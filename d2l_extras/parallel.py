@@ -71,9 +71,8 @@ def evaluate_accuracy(nets: Sequence[Callable[[torch.Tensor], torch.Tensor]],
         with torch.no_grad():
             for X, y in data_iter:  # notebook 06's split: 10 over 3 devices is 4, 3, 3
                 for net, X_s, y_s in zip(nets, *dx.split_batch(X, y, devices)):
-                    if len(y_s):
-                        right = (net(X_s).argmax(dim=1) == y_s).sum()
-                        correct += right.to(correct.device)  # no wait for each batch
+                    if len(y_s):  # no wait for each batch: the count stays on the device
+                        correct += (net(X_s).argmax(dim=1) == y_s).sum().to(correct.device)
                 total += len(y)
     finally:
         for net, mode in modes.items():
