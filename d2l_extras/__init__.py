@@ -26,7 +26,7 @@ _EXPORTS = {
     "compiler": ["last_level_cache", "maybe_compile"], "distributed": ["launch"],
     "profiling": ["busy_time", "profile_trace", "record_timeline"],
     "hwbench": ["dtype_supported", "one_thread_if_busy", "roofline"], "perfmodel": [],
-    "memory": ["peak_memory"], "data": ["load_images"], "models": [],
+    "memory": ["peak_memory"], "data": ["load_images"],
     "parallel": ["allow_tf32", "evaluate_accuracy"], "communication": ["ring_time", "speedup"],
     "ring": ["bus_bandwidth"], "kvstore": [],
     "transformer": ["TinyGPT", "capstone_job", "load_text"], "exercises": ["check"],

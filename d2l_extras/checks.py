@@ -13,21 +13,12 @@ def whole_number(value: object, what: str, minimum: int = 1) -> int:
     return int(value)
 
 
-def _real(value: object, what: str, bound: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) \
-            or not math.isfinite(value) or not (value > 0 if bound == ">" else value >= 0):
-        raise ValueError(f"{what} must be a finite number {bound} 0, got {value!r}")
-    return float(value)
-
-
 def positive_number(value: object, what: str) -> float:
     """Return value as a float if it is finite and > 0; else a ValueError naming `what`."""
-    return _real(value, what, ">")
-
-
-def non_negative_number(value: object, what: str) -> float:
-    """Return value as a float if it is finite and >= 0; else a ValueError naming `what`."""
-    return _real(value, what, ">=")
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) \
+            or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{what} must be a finite number > 0, got {value!r}")
+    return float(value)
 
 
 def option(check: Callable[[object, str], object], kind: type = float) -> Callable[[str], object]:

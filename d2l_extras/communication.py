@@ -1,7 +1,5 @@
 """A bandwidth-only model of gradient synchronization (d2l 12.7): no latency, links in parallel."""
-from .checks import non_negative_number, positive_number, whole_number
-
-SCALINGS = ("strong", "weak")
+from .checks import positive_number, whole_number
 
 
 def ring_time(size: float, n: int, busbw: float, approximate: bool = False) -> float:
@@ -18,14 +16,14 @@ def speedup(k: int, compute_1: float, grad_bytes: float, busbw: float,
             scaling: str = "strong", compute_k: float | None = None) -> float:
     """Predicted samples/s of k devices over one: compute, then an unhidden ring allreduce."""
     # An upper bound for DDP, whose buckets hide part of the allreduce behind backward.
-    if scaling not in SCALINGS:
-        raise ValueError(f"scaling must be one of {', '.join(SCALINGS)}, got {scaling!r}")
+    if scaling not in ("strong", "weak"):
+        raise ValueError(f"scaling must be one of strong, weak, got {scaling!r}")
     k = whole_number(k, "k (number of devices)")
     compute_1 = positive_number(compute_1, "compute_1 (seconds of one device's step)")
     # Each device computes B/k (strong) or B (weak) in `compute_k` seconds, never less than its
     # share of compute_1: a faster slice (a cache effect) must be measured, not assumed.
     share = compute_1 / k if scaling == "strong" else compute_1
-    compute_k = max(non_negative_number(share if compute_k is None else compute_k,
-                                        "compute_k (seconds)"), share)
-    step_k = compute_k + (ring_time(grad_bytes, k, busbw) if k > 1 else 0.0)
+    if compute_k is not None:
+        share = max(positive_number(compute_k, "compute_k (seconds)"), share)
+    step_k = share + (ring_time(grad_bytes, k, busbw) if k > 1 else 0.0)
     return (1 if scaling == "strong" else k) * compute_1 / step_k

@@ -1,5 +1,4 @@
 """Training data: Fashion-MNIST, cached (never in the repository) or downloaded, else the digits."""
-
 import contextlib
 import functools
 import importlib.util
@@ -14,7 +13,6 @@ import torch
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-from .checks import whole_number
 from .profiles import by_profile
 from .report import notice as _notice
 
@@ -30,9 +28,10 @@ def default_sizes() -> tuple[int, int]:
     return by_profile((1024, 300), (12000, 2000), (60000, 10000))
 
 
-def _read_fashion(root: pathlib.Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    import torchvision  # imported only here: it takes seconds to import
-    sets = {split: torchvision.datasets.FashionMNIST(str(root), train=split == "train")
+def _read_fashion(root: pathlib.Path, download: bool = False
+                  ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    from torchvision.datasets import FashionMNIST  # imported only here: it takes seconds
+    sets = {split: FashionMNIST(str(root), train=split == "train", download=download)
             for split in ("train", "test")}
     return {split: (d.data.numpy(), d.targets.numpy()) for split, d in sets.items()}
 
@@ -54,10 +53,8 @@ def _download_fashion(root: pathlib.Path, timeout: float) -> str:
         return f"no answer within {timeout:.0f} s" if thread.is_alive() else "no network"
     previous = socket.getdefaulttimeout()
     try:
-        import torchvision  # imported only here: it takes seconds to import
         socket.setdefaulttimeout(max(timeout, 30))  # a stalled transfer must not hang the notebook
-        for train in (True, False):
-            torchvision.datasets.FashionMNIST(str(root), train=train, download=True)
+        _read_fashion(root, download=True)
     except Exception:  # any failure means: use the fallback, and say so in a few words
         return "the download failed"
     finally:
@@ -92,10 +89,9 @@ class ImageData:
     test: TensorDataset
     fallback: str = ""  # why Fashion-MNIST was not used, when it was asked for ("" otherwise)
 
-    def loaders(self, batch_size: int, shuffle: bool = True, seed: int = 0
-                ) -> tuple[DataLoader, DataLoader]:
+    def loaders(self, batch_size: int, seed: int = 0) -> tuple[DataLoader, DataLoader]:
         """Return (train, test) DataLoaders; the training order is reproducible from seed."""
-        return (DataLoader(self.train, batch_size, shuffle=shuffle,
+        return (DataLoader(self.train, batch_size, shuffle=True,
                            generator=torch.Generator().manual_seed(seed)),
                 DataLoader(self.test, batch_size, shuffle=False))
 
@@ -111,11 +107,8 @@ def load_images(n_train: int | None = None, n_test: int | None = None, source: s
                 root: str | os.PathLike | None = None, download: bool = True,
                 timeout: float = 5.0, verbose: bool = True) -> ImageData:
     """Load Fashion-MNIST (cached or downloaded), else the digits; print which, in one line."""
-    if source not in SOURCES:
-        raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
     default_train, default_test = default_sizes()
-    n_train = whole_number(n_train or default_train, "n_train")
-    n_test = whole_number(n_test or default_test, "n_test")
+    n_train, n_test = n_train or default_train, n_test or default_test
     root = pathlib.Path(root or os.environ.get(DATA_ENV, "").strip() or "~/.cache/d2l-extras")
     root = root.expanduser()
     folder = root / "FashionMNIST" / "raw"  # where torchvision keeps it

@@ -1,9 +1,7 @@
 """What notebook 07's DDP job (d2l_extras.ddp_job, saved from the notebook) uses around its loop.
 
-The job joins the process group, loads this process's data, times, tests and prints each epoch,
-and measures what the notebook reads (no_sync, a step's timeline, communication). Without
-torchrun it trains alone. With 2 processes, and on 2 machines with 4 GPUs each (--node-rank=1 on
-the other; the port must be open):
+Without torchrun the job trains alone. With 2 processes, and on 2 machines with 4 GPUs each
+(--node-rank=1 on the other; the port must be open):
     python -m d2l_extras.distributed --nproc-per-node=2 -m d2l_extras.ddp_job --epochs 2
     python -m torch.distributed.run --nnodes=2 --node-rank=0 --nproc-per-node=4 \\
         --master-addr=10.0.0.1 --master-port=29500 -m d2l_extras.ddp_job --epochs 10
@@ -25,38 +23,25 @@ from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 
-from .bands import Band
+import d2l_extras as dx
 from .checks import COUNT, WHOLE, option, positive_number
 from .data import SOURCES, default_sizes, load_images
 from .distributed import init_worker, run_worker, worker_device
-from .lessons import Benchmark  # notebook 00 teaches it
-from .models import init_weights
 from .parallel import evaluate_accuracy, even_batch_size, per_process_batch
-from .profiles import by_profile
 from .profiling import TimelineEvent, launch_stacks, profile_trace, trace_events
 from .report import notice
-from .sizes import problem_size
-from .timing import measure_interleaved
-
-
-def parser(module: str, doc: str, options: Sequence[tuple]) -> argparse.ArgumentParser:
-    """A parser of `python -m module`: one --NAME per (name, type, default, help); bool: a flag."""
-    p = argparse.ArgumentParser(prog=f"python -m {module}", description=doc,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    for name, kind, default, text in options:
-        how = {"action": "store_true"} if kind is bool else {"type": kind, "default": default}
-        p.add_argument(f"--{name}", help=text, **how)
-    return p
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Parse the command line; unset sizes come from the D2L_PROFILE profile."""
     n_train, n_test = default_sizes()
-    p = parser("d2l_extras.ddp_job", __doc__, (
-        ("epochs", WHOLE, by_profile(3, 5, 10), None), ("seed", int, 0, None),
-        ("batch-size", WHOLE, by_profile(64, 128, 256), "global, split over the processes"),
+    p = argparse.ArgumentParser(prog="python -m d2l_extras.ddp_job", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    for name, kind, default, text in (  # (name, type, default, help); bool: a flag
+        ("epochs", WHOLE, dx.by_profile(3, 5, 10), None), ("seed", int, 0, None),
+        ("batch-size", WHOLE, dx.by_profile(64, 128, 256), "global, split over the processes"),
         ("lr", float, 0.02, None), ("momentum", float, 0.9, "SGD momentum (0: the book's SGD)"),
-        ("width", WHOLE, by_profile(16, 32, 64), "channels of ResNet-18's first stage"),
+        ("width", WHOLE, dx.by_profile(16, 32, 64), "channels of ResNet-18's first stage"),
         ("n-train", WHOLE, n_train, None), ("n-test", WHOLE, n_test, None),
         ("bucket-mb", option(positive_number), 25.0, "gradient buckets in MB (torch's default)"),
         ("threads", int, 0, "CPU threads per process (0: torch's default)"),
@@ -67,7 +52,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         ("crash-rank", int, -1, "for tests: this rank raises an error after its first step"),
         ("sync-bn", bool, False, "BatchNorm statistics over the global batch (GPUs)"),
         ("profile", bool, False, "rank 0 profiles a step after training: result['timeline']"),
-        ("check-no-sync", bool, False, "check no_sync() accumulation against one big batch")))
+        ("check-no-sync", bool, False, "check no_sync() accumulation against one big batch")):
+        how = {"action": "store_true"} if kind is bool else {"type": kind, "default": default}
+        p.add_argument(f"--{name}", help=text, **how)
     p.add_argument("--time-batches", type=WHOLE, nargs="+", default=[], metavar="B",
                    help="with --time-comm: batch sizes per process (default: this one's share)")
     p.add_argument("--data", choices=SOURCES, default="auto",
@@ -77,14 +64,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def run_sizes(device: str, budget: int | None = None) -> list[str]:
     """--width and --n-train of a run on device ('cpu' or 'cuda'), from the size policy."""
-    return ["--width", str(problem_size("ddp_width", device, budget=budget)),
-            "--n-train", str(problem_size("ddp_images", device, budget=budget))]
+    return ["--width", str(dx.problem_size("ddp_width", device, budget=budget)),
+            "--n-train", str(dx.problem_size("ddp_images", device, budget=budget))]
 
 
 def run_plan(n_gpus: int, batch_size: int, budget: int | None = None) -> SimpleNamespace:
     """Plan 1 vs k processes: n_gpus (>= 2) with ddp_batch each, else 2 CPU ones on batch_size."""
-    # args and env of the 1- and k-process runs, sized for their device of `budget` free bytes
-    per_gpu = problem_size("ddp_batch", "cuda", budget=budget) if n_gpus else 0
+    per_gpu = dx.problem_size("ddp_batch", "cuda", budget=budget) if n_gpus else 0
     if worker_device(max(n_gpus, 2), n_gpus=n_gpus).type == "cuda":  # one NCCL process per GPU
         k, batch, device, args, env, gpu_args = n_gpus, n_gpus * per_gpu, "cuda", [], {}, []
     else:  # 2 gloo processes of a thread each, even beside one GPU, whose run is timed apart
@@ -96,6 +82,16 @@ def run_plan(n_gpus: int, batch_size: int, budget: int | None = None) -> SimpleN
     return SimpleNamespace(k=k, batch_size=batch, per_process=batch // k, device=device,
                            args=args, env=env, gpu_args=gpu_args, gpu_alone=bool(gpu_args),
                            width=int(args[args.index("--width") + 1]))
+
+
+def init_weights(module: nn.Module) -> None:
+    """He-initialize the weights of Linear and Conv2d layers; zero their biases."""
+    # The book's N(0, 0.01^2) leaves the activations tiny: BatchNorm's running variance (from 1)
+    # lags for hundreds of steps and short runs stay at chance. He keeps them near 1.
+    if isinstance(module, (nn.Linear, nn.Conv2d)):
+        nn.init.kaiming_normal_(module.weight, nonlinearity="relu")
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
 
 
 def shard_loaders(train_set: Dataset, test_set: Dataset, batch_size: int, world: int, rank: int,
@@ -122,18 +118,16 @@ def no_sync_check(device: torch.device, micro_batch: int = 4, seed: int = 0) -> 
     net = copy.deepcopy(ref_net).to(device)
     F.cross_entropy(ref_net(X), y).backward()  # the whole global batch in one process
     model = DistributedDataParallel(net, device_ids=[device] if device.type == "cuda" else None)
-    X_r, y_r = (t.chunk(world)[rank].to(device) for t in (X, y))
-    halves = (slice(0, micro_batch), slice(micro_batch, None))
+    X_r, y_r = (t.chunk(world)[rank].to(device).split(micro_batch) for t in (X, y))
     with model.no_sync():  # backward only accumulates into .grad; no allreduce
-        (F.cross_entropy(model(X_r[halves[0]]), y_r[halves[0]]) / 2).backward()
+        (F.cross_entropy(model(X_r[0]), y_r[0]) / 2).backward()
     unsynced = all_gather(torch.cat([p.grad.flatten() for p in model.parameters()]))
     # The second micro-batch runs outside no_sync: its backward allreduces the accumulated sum.
-    (F.cross_entropy(model(X_r[halves[1]]), y_r[halves[1]]) / 2).backward()
+    (F.cross_entropy(model(X_r[1]), y_r[1]) / 2).backward()
     pairs = list(zip(model.parameters(), ref_net.parameters()))
     return {"max_error": max((p.grad.cpu() - r.grad).abs().max().item() for p, r in pairs),
             "grad_scale": max(r.grad.abs().max().item() for _, r in pairs),
-            "unsynced_difference": max((g - unsynced[0]).abs().max().item() for g in unsynced),
-            "micro_batch": micro_batch, "global_batch": len(X)}
+            "unsynced_difference": max((g - unsynced[0]).abs().max().item() for g in unsynced)}
 
 
 # NCCL's kernels (ncclKernel_ before NCCL 2.19) and ops (nccl:all_reduce, c10d::allreduce_...)
@@ -159,9 +153,8 @@ def _phase(name: str) -> str:
     return "optimizer" if "optimizer" in lower or "sgd" in lower else "forward"
 
 
-def comm_overlap(events: Sequence[dict | TimelineEvent]) -> dict:
-    """From a step's timeline: when backward ended, how much allreduce ran before and after."""
-    events = [ev if isinstance(ev, dict) else asdict(ev) for ev in events]
+def comm_overlap(events: Sequence[dict]) -> dict:
+    """From a step's timeline (step_timeline's): when backward ended, how much allreduce ran."""
     backward = [ev["start"] + ev["duration"] for ev in events if ev["kind"] == "backward"]
     reduces = [(ev["start"], ev["duration"]) for ev in events if ev["kind"] == "allreduce"]
     if not backward or not reduces:
@@ -211,20 +204,16 @@ def step_timeline(step: Callable[[], object], device: torch.device) -> list[dict
 
 
 def time_comm(model: DistributedDataParallel, X: torch.Tensor, y: torch.Tensor, steps: int,
-              batches: Sequence[int] = (), loss: Callable | None = None) -> dict:
-    """Time passes with and without (no_sync) gradient sync per batch, and allreduces alone."""
-    # Each pass: loss(model, X[:b], y[:b]); every process calls it alike (a barrier per run).
-    loss = loss or (lambda model, X, y: F.cross_entropy(model(X), y))
+              batches: Sequence[int] = ()) -> dict:
+    """On every process: time passes on X[:b] with and without (no_sync) sync, allreduces alone."""
     batches = list(batches) or [len(X)]
-    if max(batches) > len(X):
-        raise ValueError(f"batch {max(batches)} is larger than the {len(X)} examples given")
     device = next(model.parameters()).device
-    timed = partial(measure_interleaved, devices=[device], runs=steps, before=dist.barrier)
+    timed = partial(dx.measure_interleaved, devices=[device], runs=steps, before=dist.barrier)
 
     def step(b: int, sync: bool = True) -> None:
         model.zero_grad(set_to_none=True)
         with contextlib.nullcontext() if sync else model.no_sync():  # no_sync: kept local
-            loss(model, X[:b], y[:b]).backward()  # DDP allreduces in here
+            F.cross_entropy(model(X[:b]), y[:b]).backward()  # DDP allreduces in here
 
     grads = [p for p in model.parameters() if p.requires_grad]
     flat = torch.zeros(sum(p.numel() for p in grads), device=device)
@@ -251,12 +240,11 @@ class Job:
         self.pids = len(set(pids))
         self.no_sync = no_sync_check(self.device) if args.check_no_sync else None
         # Rank 0 looks for (and may download) the data first; the others read the set it chose.
-        data = None if self.rank else load_images(args.n_train, args.n_test, args.data,
-                                                  verbose=False)
+        load = partial(load_images, args.n_train, args.n_test, verbose=False)
+        data = None if self.rank else load(args.data)
         name = [data and data.name]
         dist.broadcast_object_list(name, src=0)
-        self.data = data = data or load_images(args.n_train, args.n_test, name[0],
-                                               download=False, verbose=False)
+        self.data = data = data or load(name[0], download=False)
         if self.rank == 0 and data.fallback:
             notice(data.fallback)
         self.device_ids = [self.device] if self.device.type == "cuda" else None  # its GPU
@@ -293,7 +281,7 @@ class Job:
         """Yield each epoch's number; time it, then test and print one line, on rank 0."""
         for epoch in range(self.args.epochs):
             seen = self.seen  # on the host: a count on the GPU would wait for its stream
-            with Benchmark(devices=[self.device], verbose=False) as clock:
+            with dx.Benchmark(devices=[self.device], verbose=False) as clock:
                 yield epoch
             tested = len(self.test_loader.dataset)  # this rank's share, which may be empty
             acc = evaluate_accuracy([model.module], self.test_loader, [self.device]) \
@@ -334,7 +322,7 @@ class Job:
                 "timeline": timeline, "comm": comm, "samples_seen": self.samples,
                 "steps": self.steps, "backend": dist.get_backend(), "device": device.type,
                 "n_train": len(self.data.train), "param_l2": params.norm().item(),
-                "samples_per_s": Band.of(warm).value, "samples_per_s_runs": warm,
+                "samples_per_s": dx.Band.of(warm).value, "samples_per_s_runs": warm,
                 "accuracy": self.test_acc[-1], "test_acc": self.test_acc, "width": args.width,
                 "batch_size": args.batch_size, "bucket_mb": args.bucket_mb}
 
@@ -342,6 +330,5 @@ class Job:
 def entry_point(train: Callable[[argparse.Namespace], dict]) -> Callable[..., None]:
     """The `main(argv=None)` torchrun runs: parse, train(args), rank 0 hands back the result."""
     def main(argv: list[str] | None = None) -> None:
-        args = parse_args(argv)
-        run_worker(lambda: train(args))
+        run_worker(partial(train, parse_args(argv)))
     return main

@@ -8,6 +8,7 @@ import errno
 import json
 import os
 import pathlib
+from collections import defaultdict
 from functools import partial
 from typing import Sequence
 
@@ -34,14 +35,9 @@ class KVStore(dx.ShardedStore):
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         super().__init__(servers=self.world)
         self.lr, self.max_staleness, self.device = lr, max_staleness, torch.device(device)
-        self.old = {}  # this server's keys -> up to max_staleness older versions, newest last
+        self.old = defaultdict(list)  # this server's keys -> older versions, newest last
         self._rng = torch.Generator().manual_seed(seed * 7919 + self.rank)
         self.versions_served: list[int] = []  # how many updates old each pull was (staleness)
-
-    def init(self, key: str, value: torch.Tensor) -> None:
-        """Register key on every rank, in the same order; only its owner's copy is kept up."""
-        super().init(key, value.to(self.device))
-        self.old[key] = []
 
     def push_all(self, grads: dict[str, torch.Tensor]) -> None:
         """Every rank pushes the same keys: their owners sum, or take the SGD step with the mean."""
@@ -65,7 +61,7 @@ class KVStore(dx.ShardedStore):
 
     def pull_all(self, keys: Sequence[str], latest: bool = False) -> dict[str, torch.Tensor]:
         """Every rank pulls the same keys; each worker gets a version up to max_staleness old."""
-        ops, out = [], {}
+        ops, out, stale = [], {}, self.max_staleness and not latest
         for tag, key in enumerate(keys):
             j = self.owner[key]
             if j != self.rank:  # the initial copy only gives the shape and dtype
@@ -74,7 +70,6 @@ class KVStore(dx.ShardedStore):
                 continue
             versions = self.old[key] + [self.shards[j][key]]
             for r in range(self.world):  # at random, each worker its own age
-                stale = self.max_staleness and not latest
                 age = int(torch.randint(len(versions), (1,), generator=self._rng)) if stale else 0
                 self.versions_served.append(age)
                 if r == j:
@@ -180,7 +175,7 @@ def gradients(net: nn.Module, X: torch.Tensor, y: torch.Tensor) -> dict[str, tor
 
 
 def train_kvstore(store: KVStore, net: nn.Module, X: torch.Tensor, y: torch.Tensor, steps: int,
-          batch: int, start: int = 0, seed: int = 0, eval_every: int = 0) -> list:
+                  batch: int, start: int = 0, seed: int = 0, eval_every: int = 0) -> list:
     """Train net through the store: pull weights, compute a gradient, push it; (step, loss)."""
     names, curve = [n for n, _ in net.named_parameters()], []
     for step in range(start, steps + 1):  # the last round only pulls the newest weights
@@ -205,7 +200,7 @@ def _setup(args, **store_options) -> tuple:
     X, y = (t.to(device) for t in make_problem(args.seed))
     net = make_net(args.seed).to(device)
     store = KVStore(lr=args.lr, device=device, **store_options)
-    for name, p in net.named_parameters():
+    for name, p in net.named_parameters():  # on every rank in this order: the same owners
         store.init(name, p.detach())
     return X, y, net, store
 
@@ -246,7 +241,7 @@ def task_staleness(args) -> dict:
     for tau in args.staleness:
         X, y, net, store = _setup(args, max_staleness=tau, seed=args.seed)
         curves[str(tau)] = train_kvstore(store, net, X, y, args.steps, args.batch,
-                                 seed=args.seed, eval_every=args.eval_every)
+                                         seed=args.seed, eval_every=args.eval_every)
         ages = store.versions_served  # how old the weights served to rank 0 were (0: newest)
         served[str(tau)] = {"max": max(ages), "stale_share": sum(a > 0 for a in ages) / len(ages)}
     return {"world": store.world, "curves": curves, "served": served}

@@ -7,18 +7,14 @@ from torch import nn
 
 import d2l_extras as dx
 
-from .checks import whole_number
-
 
 def even_batch_size(batch_size: int, k: int) -> int:
     """Return the smallest multiple of k that is >= batch_size (k processes get equal shares)."""
-    batch_size, k = whole_number(batch_size, "batch_size"), whole_number(k, "k")
     return -(-batch_size // k) * k  # equal shares: DDP's mean of means is the global mean
 
 
 def per_process_batch(batch_size: int, k: int) -> int:
     """Return each of k processes' share of a global batch; say which batch to use if uneven."""
-    batch_size, k = whole_number(batch_size, "batch_size"), whole_number(k, "k")
     if batch_size % k:
         raise ValueError(f"--batch-size {batch_size} does not split evenly over {k} processes; "
                          f"use a multiple of {k}, e.g. {even_batch_size(batch_size, k)}")
@@ -65,7 +61,7 @@ def strict_float32() -> ContextManager[None]:
 def evaluate_accuracy(nets: Sequence[Callable[[torch.Tensor], torch.Tensor]],
                       data_iter: Iterable, devices: Sequence[torch.device | str]) -> float:
     """Accuracy with each batch split over devices; nets[i] is the model (replica) on devices[i]."""
-    if len(nets) != len(devices):
+    if len(nets) != len(devices):  # zip() would quietly drop the extra ones
         raise ValueError(f"need one model per device: {len(nets)} models, {len(devices)} devices")
     modes = {net: net.training for net in nets if isinstance(net, nn.Module)}
     correct, total = torch.zeros((), dtype=torch.int64, device=devices[0]), 0
@@ -75,13 +71,10 @@ def evaluate_accuracy(nets: Sequence[Callable[[torch.Tensor], torch.Tensor]],
         with torch.no_grad():
             for X, y in data_iter:  # notebook 06's split: 10 over 3 devices is 4, 3, 3
                 for net, X_s, y_s in zip(nets, *dx.split_batch(X, y, devices)):
-                    if len(y_s):
-                        right = (net(X_s).argmax(dim=1) == y_s).sum()
-                        correct += right.to(correct.device)  # no wait for each batch
+                    if len(y_s):  # no wait for each batch: the count stays on the device
+                        correct += (net(X_s).argmax(dim=1) == y_s).sum().to(correct.device)
                 total += len(y)
     finally:
         for net, mode in modes.items():
             net.train(mode)
-    if total == 0:
-        raise ValueError("evaluate_accuracy got no examples from data_iter")
     return correct.item() / total

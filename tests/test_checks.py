@@ -5,8 +5,7 @@ from functools import partial
 import numpy as np
 import pytest
 
-from d2l_extras.checks import (COUNT, WHOLE, non_negative_number, option, positive_number,
-                               whole_number)
+from d2l_extras.checks import COUNT, WHOLE, option, positive_number, whole_number
 
 
 @pytest.mark.parametrize("value", [1, 7, np.int64(3)])
@@ -33,14 +32,6 @@ def test_positive_number_refuses_what_cannot_be_measured():
     for bad in (0, -1.5, float("nan"), float("inf"), True, "3", None):
         with pytest.raises(ValueError, match="size must be a finite number > 0"):
             positive_number(bad, "size")
-
-
-def test_non_negative_number_accepts_none_of_an_amount_only():
-    assert non_negative_number(0, "work") == 0.0
-    assert non_negative_number(2.5, "work") == 2.5
-    for bad in (-1e-9, float("nan"), float("inf"), False, "0", None):
-        with pytest.raises(ValueError, match="work must be a finite number >= 0"):
-            non_negative_number(bad, "work")
 
 
 def test_option_reads_the_text_then_checks_it_for_argparse():

@@ -7,7 +7,6 @@ import time
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 import d2l_extras as dx
 from d2l_extras import ddp, ddp_job
@@ -368,37 +367,23 @@ def test_time_comm_times_every_batch_in_one_process(monkeypatch, capsys):
     assert comm["grad_bytes"] == 4 * sum(p.numel() for p in dx.resnet18(10, 1, 4).parameters())
 
 
-def test_time_comm_takes_each_pass_with_the_given_loss(monkeypatch, capsys):
-    from torch import nn
-    from torch.nn.parallel import DistributedDataParallel
-    for name, value in dict(D2L_BACKEND="gloo", RANK="0", WORLD_SIZE="1", LOCAL_RANK="0",
-                            LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
-                            MASTER_PORT=str(dx.distributed.free_port())).items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("D2L_RESULT_FILE", raising=False)
-    rows = []
-
-    def squared(model, X, y):  # a loss that is not cross-entropy, and says what it saw
-        rows.append(len(X))
-        return (model(X).squeeze(1) - y).pow(2).mean()
-
-    def work():
-        dx.distributed.init_worker(30)
-        model = DistributedDataParallel(nn.Linear(3, 1))
-        return ddp.time_comm(model, torch.randn(6, 3), torch.randn(6), 2, [6, 4], loss=squared)
-    dx.distributed.run_worker(work)
-    comm = json.loads(capsys.readouterr().out)
-    # Per batch: a warm-up each way, then 2 synced and 2 no_sync passes, all with this loss.
-    assert rows == [6] * 6 + [4] * 6
-    assert comm["batches"] == [6, 4] and comm["grad_bytes"] == 4 * 4
-
-
 def test_no_comm_timing_unless_asked(monkeypatch, capsys):
     train_alone(monkeypatch, ["--max-steps", "1"])
     assert '"comm": null' in capsys.readouterr().out
 
 
-def test_time_comm_rejects_bad_input():
-    X, y = torch.zeros(4, 1, 28, 28), torch.zeros(4, dtype=torch.long)
-    with pytest.raises(ValueError, match="larger than the 4 examples"):
-        ddp.time_comm(None, X, y, 2, [2, 8])
+@pytest.mark.parametrize("width", [4, 8])
+def test_resnet18_as_the_job_initializes_it(width):
+    net = dx.resnet18(10, 1, width)
+    net.apply(ddp.init_weights)
+    assert net(torch.rand(2, 1, 28, 28)).shape == (2, 10)
+    convs = [m for m in net.modules() if isinstance(m, torch.nn.Conv2d)]
+    assert len(convs) == 1 + 16 + 3  # stem, 8 blocks of 2 convs, 3 shortcut 1x1 convs
+    assert net[-1].in_features == 8 * width
+
+
+def test_init_weights_is_he_with_zero_biases():
+    layer = torch.nn.Linear(1000, 10)
+    torch.nn.init.normal_(layer.bias)
+    ddp.init_weights(layer)  # He: std = sqrt(2 / fan_in)
+    assert abs(layer.weight.std().item() - (2 / 1000) ** 0.5) < 0.01 and not layer.bias.any()

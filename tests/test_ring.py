@@ -11,8 +11,6 @@ def test_bus_bandwidth():
     algbw, busbw = bus_bandwidth(1e9, 0.5, 4)
     assert algbw == 2e9 and busbw == pytest.approx(3e9)
     assert bus_bandwidth(1e9, 0.5, 1) == (2e9, 0.0)  # one node: no link carries anything
-    with pytest.raises(ValueError, match="seconds > 0"):
-        bus_bandwidth(1e9, 0, 2)
 
 
 def expected_check(n: int) -> torch.Tensor:
