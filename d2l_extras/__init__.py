@@ -1,15 +1,9 @@
 """Shared helpers for the Computational Performance notebooks (d2l, chapter 12).
 
-Two kinds of module live here. The code a notebook teaches is written once, in the notebook cell
-marked `#@save`, and `make lib` (tools/save.py) generates it into modules that say so in their
-first lines (lessons.py, and one module per torchrun job). The rest is written by hand: measuring,
-sizing, devices, launching, plotting.
-
-`import d2l_extras as dx`, then `dx.NAME` (what the notebooks call) or `dx.MODULE.NAME` (what
-workers, tools and tests use besides): each public name below is imported from its module
-on first use. Importing lazily keeps `import d2l_extras` fast for every torchrun worker, and
-lets `python -m d2l_extras.ring` (or .kvstore, .ddp) run a module that the package has not
-already imported (Python warns about that case).
+What a notebook teaches is written once, in its cell marked `#@save`; `make lib` generates it into
+modules that say so (lessons.py, one module per torchrun job). The rest is written by hand. Names
+load on first use (`dx.NAME`, `dx.MODULE.NAME`): a torchrun worker imports little, and
+`python -m d2l_extras.ring` runs without runpy's warning about a module imported twice.
 """
 import importlib
 

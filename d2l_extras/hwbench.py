@@ -140,14 +140,6 @@ def check_data_sheet(kernels: Sequence[Kernel], peak: "GpuPeak | None") -> None:
                              f"({peak.source}): {above}; a measuring error")
 
 
-def p2p_access(devices: Sequence[Device]) -> list[list[bool]]:
-    """Whether each CUDA device can read the other's memory directly (NVLink or PCIe P2P)."""
-    devices = [_as_device(d) for d in devices]
-    return [[i == j or (a.type == b.type == "cuda" and a.index != b.index and
-                        torch.cuda.can_device_access_peer(a.index or 0, b.index or 0))
-             for j, b in enumerate(devices)] for i, a in enumerate(devices)]
-
-
 @dataclass(frozen=True)
 class GpuPeak:
     """A GPU's published peaks: memory GB/s, dense TFLOP/s by dtype, host link GB/s each way."""

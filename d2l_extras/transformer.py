@@ -143,11 +143,6 @@ class TinyGPT(nn.Module):
                          "notebooks or use the CPU")
 
 
-def lm_loss(model: nn.Module, X: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy of the model's next-character predictions for X against Y."""
-    return F.cross_entropy(model(X).flatten(0, 1).float(), Y.flatten())
-
-
 # (d_model, n_heads, n_layers, seq_len, batch, steps) per device kind and profile: the CPU's tiny,
 # the GPU's `full` GPT-2 small's shape (nanoGPT) at seq 256.
 SHAPES = {
