@@ -27,12 +27,13 @@ _EXPORTS = {
 }
 _OWNER = {name: module for module, names in _EXPORTS.items() for name in names}
 _OWNER.update(_saved.NAMES)  # the generated modules' names: tools/save.py keeps this index
+_MODULES = set(_EXPORTS) | set(_saved.NAMES.values())
 __all__ = sorted(_OWNER)
 
 
 def __getattr__(name: str):
     """Import a public name (or a module, as in dx.kvstore) the first time it is used."""
-    if name in _EXPORTS or name in set(_saved.NAMES.values()):
+    if name in _MODULES:
         return importlib.import_module(f".{name}", __name__)
     if name not in _OWNER:
         raise AttributeError(f"module 'd2l_extras' has no attribute {name!r}")
@@ -42,4 +43,4 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_OWNER) | set(_EXPORTS) | set(_saved.NAMES.values()))
+    return sorted(set(globals()) | set(_OWNER) | _MODULES)

@@ -78,7 +78,7 @@ def test_one_name_saved_into_two_modules_is_an_error(tmp_path):
 @pytest.mark.parametrize("path", GENERATED, ids=lambda p: p.name)
 def test_generated_code_defines_or_imports_every_name(path):
     text = path.read_text(encoding="utf-8")
-    assert text.startswith('"""') and "edit the notebooks, not this file" in text[:400]
+    assert text.startswith('"""') and save.MARK in text[:400]
     module = importlib.import_module(f"d2l_extras.{path.stem}")
     known = set(vars(module)) | set(dir(builtins))
     missing = set()
