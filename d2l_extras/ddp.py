@@ -9,7 +9,6 @@ Without torchrun the job trains alone. With 2 processes, and on 2 machines with 
 import argparse
 import contextlib
 import copy
-import os
 from dataclasses import asdict, replace
 from functools import partial
 from types import SimpleNamespace
@@ -26,7 +25,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 import d2l_extras as dx
 from .checks import COUNT, WHOLE, option, positive_number
 from .data import SOURCES, default_sizes, load_images
-from .distributed import init_worker, run_worker, worker_device
+from .distributed import distinct_processes, init_worker, run_worker, worker_device
 from .parallel import evaluate_accuracy, even_batch_size, per_process_batch
 from .profiling import TimelineEvent, launch_stacks, profile_trace, trace_events
 from .report import notice
@@ -235,9 +234,7 @@ class Job:
             torch.set_num_threads(args.threads)
         self.args = args
         self.rank, self.world, self.device = init_worker(args.timeout)
-        pids: list = [None] * self.world  # which processes took part (a check that k ran)
-        dist.all_gather_object(pids, os.getpid())
-        self.pids = len(set(pids))
+        self.pids = distinct_processes()
         self.no_sync = no_sync_check(self.device) if args.check_no_sync else None
         # Rank 0 looks for (and may download) the data first; the others read the set it chose.
         load = partial(load_images, args.n_train, args.n_test, verbose=False)

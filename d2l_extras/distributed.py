@@ -315,6 +315,13 @@ def init_worker(timeout_s: float = 60) -> tuple[int, int, torch.device]:
     return rank, world, device
 
 
+def distinct_processes() -> int:
+    """In a worker: how many processes the group's ranks run in (a check that k really ran)."""
+    pids: list = [None] * dist.get_world_size()
+    dist.all_gather_object(pids, os.getpid())
+    return len(set(pids))
+
+
 def finish_worker() -> None:
     """In a worker: leave torch.distributed (free the process group); no-op when not in one."""
     if dist.is_initialized():

@@ -2,18 +2,16 @@
     python -m d2l_extras.distributed --nproc-per-node=2 -m d2l_extras.capstone --steps 20"""
 import argparse
 import math
-import os
 from importlib import resources
 from typing import Callable
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint as _checkpoint
 
 from .checks import COUNT, WHOLE, option, positive_number
-from .distributed import init_worker, run_worker
+from .distributed import distinct_processes, init_worker, run_worker
 from .hardware import free_memory
 from .memory import peak_memory
 from .parallel import per_process_batch
@@ -187,8 +185,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def _train(args: argparse.Namespace, trainer: Callable) -> dict:
     rank, k, device = init_worker(args.timeout)
     per_process_batch(args.batch, k)  # k equal slices, or an error that says so
-    pids: list = [None] * k  # which processes took part: a check that k really ran
-    dist.all_gather_object(pids, os.getpid())
+    pids = distinct_processes()  # which processes took part: a check that k really ran
     model, step = trainer(args, rank, k, device)
     losses, times = [], []
     for i in range(args.steps):
@@ -198,7 +195,7 @@ def _train(args: argparse.Namespace, trainer: Callable) -> dict:
         dist.all_reduce(loss)  # equal slices: the global loss is the mean of the slices'
         losses.append(loss.item() / k)
     grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    out = {"processes": k, "pids": len(set(pids)), "backend": dist.get_backend(),
+    out = {"processes": k, "pids": pids, "backend": dist.get_backend(),
            "device": device.type, "batch_size": args.batch, "losses": losses,
            "step_runs": times[1:] or times, "grad_bytes": grad_bytes}  # the first warms up
 
