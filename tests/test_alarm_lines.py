@@ -9,7 +9,7 @@ import nbformat
 import pytest
 
 from tools.alarms import ALARM_PATTERNS, alarm_lines, explain
-from tools.nbval_alarms import kernel_env, worker_scope
+from nbval_plugin import kernel_env, worker_scope
 
 ROOT = Path(__file__).parents[1]
 
@@ -81,9 +81,10 @@ def test_nbval_fails_exactly_the_cells_that_print_alarm_lines(tmp_path):
                                           "time.sleep(0.2); print('after')"),
                 nbformat.v4.new_code_cell("print('clean again')")]
     nbformat.write(nb, tmp_path / "alarms.ipynb")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests"),
+                                         os.environ.get("PYTHONPATH", "")])}
     run = subprocess.run([sys.executable, "-m", "pytest", "alarms.ipynb", "--nbval-lax",
-                          "--nbval-current-env", "-p", "tools.nbval_alarms", "-p",
+                          "--nbval-current-env", "-p", "nbval_plugin", "-p",
                           "no:cacheprovider", "-q", "-rf", "--rootdir", str(tmp_path)],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     out = run.stdout + run.stderr
@@ -105,16 +106,17 @@ def test_nbval_keeps_each_notebook_it_ran_cleanly_for_the_decks(tmp_path):
     nbformat.write(bad, tmp_path / "bad.ipynb")
     # Collected after the notebooks, as tests/ after notebooks/ in `make test`.
     (tmp_path / "test_later.py").write_text(
-        "import json, pathlib\nfrom tools import nbval_alarms\n"
+        "import json, pathlib\nimport nbval_plugin\n"
         "def test_later():\n"
         "    here = pathlib.Path(__file__).parent\n"
-        "    assert nbval_alarms.executed_folder([here / 'bad.ipynb']) is None\n"
-        "    folder = nbval_alarms.executed_folder([here / 'good.ipynb'])\n"
+        "    assert nbval_plugin.executed_folder([here / 'bad.ipynb']) is None\n"
+        "    folder = nbval_plugin.executed_folder([here / 'good.ipynb'])\n"
         "    (here / 'seen.json').write_text(json.dumps([str(folder), json.loads(\n"
         "        (folder / 'good.ipynb').read_text())['cells']]))\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests"),
+                                         os.environ.get("PYTHONPATH", "")])}
     run = subprocess.run([sys.executable, "-m", "pytest", "good.ipynb", "bad.ipynb", "test_later.py",
-                          "--nbval-lax", "--nbval-current-env", "-p", "tools.nbval_alarms", "-p",
+                          "--nbval-lax", "--nbval-current-env", "-p", "nbval_plugin", "-p",
                           "no:cacheprovider", "-q", "--rootdir", str(tmp_path)],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     out = run.stdout + run.stderr
@@ -127,7 +129,7 @@ def test_nbval_keeps_each_notebook_it_ran_cleanly_for_the_decks(tmp_path):
 
 
 def test_xdist_workers_keep_their_runs_in_the_controllers_folder(tmp_path, monkeypatch):
-    from tools import nbval_alarms as plugin
+    import nbval_plugin as plugin
     for name in ("_FOLDER", "_OWNED"):
         monkeypatch.setattr(plugin, name, [])
     monkeypatch.delenv(plugin.RUNS_ENV, raising=False)
@@ -160,7 +162,7 @@ def test_xdist_keeps_the_notebooks_and_their_readers_on_one_worker(nodeid, scope
 
 
 def test_work_is_handed_out_lone_notebook_first_then_notebooks_then_the_longest_test():
-    from tools.nbval_alarms import LONE_NOTEBOOK, LONGEST_FIRST, pytest_collection_modifyitems
+    from nbval_plugin import LONE_NOTEBOOK, LONGEST_FIRST, pytest_collection_modifyitems
 
     def item(nodeid):
         return type("Item", (), {"nodeid": nodeid})()

@@ -5,7 +5,7 @@ The notebooks are executed in the active profile (`ci` in `make test`) by tools/
 decks are cut by tools/nbsite.py as `make slides` cuts them, and tools/deckcheck.py visits every
 slide in headless Chromium: content taller than the slide, a code line cut at the right edge or a
 picture shrunk below its size fails. Where nbval ran every notebook earlier in the session
-(`make test` runs notebooks/ first), the decks are cut from those runs (tools/nbval_alarms.py);
+(`make test` runs notebooks/ first), the decks are cut from those runs (tests/nbval_plugin.py);
 D2L_DECK_NOTEBOOKS=DIR checks notebooks already executed there (e.g. build/report/notebooks).
 Skipped without Chromium.
 """
@@ -19,7 +19,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-from tools import deckcheck, nbsite, nbval_alarms, report  # noqa: E402
+import nbval_plugin  # noqa: E402
+from tools import deckcheck, nbsite, report  # noqa: E402
 from tools.browser import chromium_page, find_chromium  # noqa: E402
 
 pytest.importorskip("playwright", reason="playwright is not installed (requirements.txt)")
@@ -32,7 +33,7 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 @pytest.fixture(scope="module")
 def decks(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("decks")
-    executed = os.environ.get("D2L_DECK_NOTEBOOKS") or nbval_alarms.executed_folder(NOTEBOOKS)
+    executed = os.environ.get("D2L_DECK_NOTEBOOKS") or nbval_plugin.executed_folder(NOTEBOOKS)
     if executed:
         folder = Path(executed)
     else:

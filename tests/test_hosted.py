@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from IPython.core.inputtransformer2 import TransformerManager
 
-from tools import compat, hosted, nbmeta, nbval_alarms
+import nbval_plugin
+from tools import compat, hosted, nbmeta
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -316,7 +317,7 @@ def test_a_lone_notebook_runs_on_a_hosted_stack(tmp_path):
         compat.uv()
     except RuntimeError as err:
         pytest.skip(f"{err} (make installs it in .venv)")
-    notebook = ROOT / "notebooks" / nbval_alarms.LONE_NOTEBOOK
+    notebook = ROOT / "notebooks" / nbval_plugin.LONE_NOTEBOOK
     with open(tmp_path / "env.log", "w") as log:
         try:
             python = compat.make_env(tmp_path / "env", sys.executable,
@@ -330,7 +331,7 @@ def test_a_lone_notebook_runs_on_a_hosted_stack(tmp_path):
     env = compat.hosted_environ(compat.package_copy(tmp_path / "source"))
     lone = compat.run_alone(python, notebook, tmp_path / "alone", env)
     # The checkout's run: nbval's (make test runs this notebook first), else its own.
-    kept = nbval_alarms.executed_folder([notebook])
+    kept = nbval_plugin.executed_folder([notebook])
     reference = (kept / notebook.name if kept else
                  compat.reference_run(notebook, tmp_path / "checkout" / notebook.name))
     assert compat.picture_cells(reference), "the reference run shows pictures"

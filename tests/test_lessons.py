@@ -8,7 +8,7 @@
 - every slide that carries an idea (one that opens with a heading, Sources aside) has speaker
   notes in its cell's metadata (`notes`), which `make slides` shows in the speaker view;
 - no slide holds more than nbmeta.WORDS words of prose, no lecture part more than 35 slides;
-- run by nbval in this session (tools/nbval_alarms.py keeps the runs; this file runs on the
+- run by nbval in this session (tests/nbval_plugin.py keeps the runs; this file runs on the
   notebooks' worker, after them), a notebook prints at most one line saying that GPU-only
   content was skipped here.
 """
@@ -24,7 +24,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-from tools import deckcheck, hosted, nbmeta, nbsite, nbval_alarms, student  # noqa: E402
+import nbval_plugin  # noqa: E402
+from tools import deckcheck, hosted, nbmeta, nbsite, student  # noqa: E402
 from tools.alarms import output_texts  # noqa: E402
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -206,7 +207,7 @@ def skipped_lines(cells):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_at_most_one_line_says_what_was_skipped(path):
-    folder = nbval_alarms.executed_folder([path])
+    folder = nbval_plugin.executed_folder([path])
     if folder is None:
         pytest.skip("nbval did not run this notebook in this session (make test runs it)")
     lines = skipped_lines(load(folder / path.name))
