@@ -121,7 +121,7 @@ readings: $(call ready,report)
 # (build/html/), each with an index.html and local copies of reveal.js and MathJax (they work
 # offline). Built from the copies `make report` executed, which it reruns when a notebook is newer.
 slides html: $(call ready,site) $(REPORT_DIR)/summary.json
-	$(PY) tools/nbsite.py $@ --notebooks $(REPORT_DIR)/notebooks \
+	$(PY) -m tools.nbsite $@ --notebooks $(REPORT_DIR)/notebooks \
 	  --summary $(REPORT_DIR)/summary.json --out build/$@
 
 $(REPORT_DIR)/summary.json: $(wildcard notebooks/*.ipynb) | $(call ready,report)

@@ -316,9 +316,9 @@ def test_notebook_without_slide_metadata_is_still_cut_into_slides(tmp_path, caps
 @needs_nbconvert
 def test_command_line_builds_into_the_given_directory(tmp_path):
     executed_notebook((tmp_path / "nbs").mkdir() or tmp_path / "nbs" / "demo.ipynb")
-    run = subprocess.run([sys.executable, str(ROOT / "tools" / "nbsite.py"), "html",
+    run = subprocess.run([sys.executable, "-m", "tools.nbsite", "html",
                           "--notebooks", str(tmp_path / "nbs"), "--out", str(tmp_path / "out")],
-                         capture_output=True, text=True, timeout=120)
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert (tmp_path / "out" / "demo.html").is_file() and (tmp_path / "out" / "index.html").is_file()
 

@@ -1,6 +1,5 @@
-"""The system's headless Chromium, driven by Playwright: tests/test_browser.py and
-tools/deckcheck.py open the slides and pages in it as a person would. Playwright downloads no browser here: it
-launches Debian's `chromium` (or CHROMIUM=path), so nothing reaches the network.
+"""The system's headless Chromium (or CHROMIUM=path), driven by Playwright: nothing is downloaded.
+tools/deckcheck.py and the browser tests open the slides and pages in it as a person would.
 
     with chromium_page() as page:
         page.goto("file:///.../index.html"); page.evaluate("document.title"); page.errors

@@ -1,8 +1,7 @@
 """Check that the current Python has what a make target needs (make ... USE_CURRENT_ENV=1).
 
-GPU runners and conda users bring their own environment (torch preinstalled, often offline).
-Rather than failing halfway through a notebook, list everything that is missing at once and say
-how to install it, with the pins of requirements.txt.
+GPU runners and conda users bring their own environment (often offline): list all that is missing
+at once, with the pip command and the pins of requirements.txt, before a notebook fails halfway.
 """
 from __future__ import annotations
 

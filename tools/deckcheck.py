@@ -3,12 +3,10 @@
     python -m tools.deckcheck build/slides            # after `make slides`
     python -m tools.deckcheck --width 1280 --height 720 build/slides/04-hardware.slides.html
 
-A slide does not fit when its content is taller than the slide (reveal.js would make it scroll),
-when a code or output line is wider than its box (it is cut at the right edge), or when a picture
-is shrunk below 90 % of its size, which makes its 12 pt text smaller than 12 pt on the screen.
-A deck also fails when it has more than MAX_SLIDES slides (a lecture of 50-75 minutes), or when
-a slide that opens with a heading (an idea; Sources aside) has no speaker notes for reveal.js's
-speaker view (issue 33). Prints one line per problem and exits 1 if there is any.
+A slide does not fit when its content is taller than the slide, a code or output line is cut at
+the right edge, or a picture is shrunk below 90 % (its 12 pt text would shrink). A deck fails with
+more than MAX_SLIDES slides, or a heading slide (Sources aside) without speaker notes. One line
+per problem; exit 1 if there is any.
 """
 from __future__ import annotations
 
@@ -17,10 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-try:
-    from tools.browser import chromium_page, wait_for
-except ImportError:  # run as a script: tools/ is on sys.path
-    from browser import chromium_page, wait_for
+from tools.browser import chromium_page, wait_for
 
 MAX_SLIDES = 35  # one lecture part
 

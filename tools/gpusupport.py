@@ -1,11 +1,8 @@
 """The README's "GPU support" table, written from the rules the code itself applies.
 
-`python tools/nbmeta.py notebooks/*.ipynb` rewrites it between the markers below, and
-tests/test_gpusupport.py fails when it is out of date. The rules: Tensor-Core dtypes from
-dx.hwbench.tensor_core_dtypes (what notebook 04 sweeps), torch.compile from dx.compiler.gpu_compile_rule (what
-dx.compiler.compile_support checks before compiling), NCCL from dx.distributed.worker_device (what dx.distributed.init_worker
-runs), whether the pinned wheel has kernels for a GPU from dx.hardware.cuda_arch_supported (what
-dx.hardware.accelerators checks before it uses a GPU).
+`python tools/nbmeta.py notebooks/*.ipynb` rewrites it; tests/test_gpusupport.py fails when it is
+stale. Rules: hwbench.tensor_core_dtypes, compiler.gpu_compile_rule, distributed.worker_device and
+hardware.cuda_arch_supported, the functions the notebooks call before using a GPU feature.
 """
 from __future__ import annotations
 
@@ -15,10 +12,7 @@ from d2l_extras.compiler import gpu_compile_rule
 from d2l_extras.hardware import cuda_arch_supported
 from d2l_extras.hwbench import tensor_core_dtypes
 
-try:
-    from tools.hosted import replace_block
-except ImportError:  # run from tools/nbmeta.py as a script: tools/ is on sys.path
-    from hosted import replace_block
+from tools.hosted import replace_block
 
 START, END = "<!-- gpu support: start -->", "<!-- gpu support: end -->"
 

@@ -1,15 +1,10 @@
 """What a notebook needs to run from its own file on Colab, Kaggle or SageMaker Studio Lab.
 
-Everything here is generated from one place, `pyproject.toml`: the repository address
-(`[project.urls] Repository`) and the release tag ("v" + `[project] version`). Publishing under
-another address is a one-line change there, then `python tools/nbmeta.py notebooks/*.ipynb`,
-which calls `apply` on every notebook:
-- a Markdown cell under the title with the three launch badges (tagged `launch`);
-- the first code cell, the set-up cell (tagged `setup`): it does nothing where d2l_extras
-  imports, and elsewhere installs the project with %pip; then dx.setup() (see SETUP);
-- the notebook metadata that asks Colab and Kaggle for a GPU;
-- every figure from images/ embedded in its Markdown cell as a data URI, so a notebook copied
-  alone still shows it (Colab ignores `attachment:` images; relative paths need the repository).
+Generated from pyproject.toml's repository address and version (the release tag) by
+`python tools/nbmeta.py notebooks/*.ipynb`: the launch badges under the title, the set-up cell
+(first code cell: installs the project with %pip where d2l_extras does not import, then
+dx.setup()), the metadata that asks Colab and Kaggle for a GPU, and every figure of images/
+embedded as a data URI (Colab ignores `attachment:` images; relative paths need the repository).
 """
 from __future__ import annotations
 
@@ -70,9 +65,8 @@ def project() -> dict:
 def badges(path: str, info: dict | None = None) -> str:
     """Markdown with the three launch badges for the repository file `path`."""
     info = info or project()
-    links = [f"[![{alt}]({image})]({target.format(path=path, **info)})"
-             for alt, image, target in PLATFORMS]
-    return " ".join(links)
+    return " ".join(f"[![{alt}]({image})]({target.format(path=path, **info)})"
+                    for alt, image, target in PLATFORMS)
 
 
 def setup_source(info: dict | None = None) -> str:
@@ -92,11 +86,8 @@ def source_text(cell: dict) -> str:
 
 
 def embed_figures(cell: dict, images: Path = IMAGES) -> None:
-    """Put each figure of a Markdown cell in it as a data URI; name the files in its metadata.
-
-    A cell written with `![caption](../images/NAME.png)` is converted; a converted cell is
-    re-embedded from the file its metadata names, so a redrawn figure reaches the notebook.
-    """
+    """Embed each `![caption](../images/NAME.png)` of a Markdown cell as a data URI, naming the
+    files in its metadata; an embedded figure is refreshed from the file its metadata names."""
     names = list(cell.get("metadata", {}).get("figures", []))
     used: list[str] = []
 
@@ -121,7 +112,6 @@ def _tagged(cell: dict, tag: str) -> bool:
 
 
 def _cell(kind: str, source: str, tags: list[str], cell_id: str | None) -> dict:
-    # Stored as nbformat stores sources: a list of lines.
     cell = {"cell_type": kind, "metadata": {"tags": tags},
             "source": source.splitlines(keepends=True)}
     if kind == "code":

@@ -3,19 +3,12 @@
     python tools/nbmeta.py notebooks/*.ipynb          # rewrite the notebooks in place
     python tools/nbmeta.py --check notebooks/*.ipynb  # exit 1 and list what would change
 
-The slides (`make slides`, RISE in `make lab`) are cut from this metadata, derived from the cells:
-- a Markdown cell starting with a `#` or `##` heading starts a slide (one per section);
-- a `###` heading, a plot (and the cell after it), a cell that would overfill the slide, or
-  prose past WORDS words (a projected slide holds about 120) starts a sub-slide (down arrow);
-- a cell tagged `no-slide` (set-up, records, checks), the code of a worked solution and the
-  exercise checks after it (`dx.check`) are skipped; a worked solution in Markdown becomes
-  speaker notes; every other cell continues the current (sub-)slide ("-").
-A worked solution is a cell with a `BEGIN SOLUTION` ... `END SOLUTION` region, the markers nbgrader
-and otter-grader read (`# BEGIN SOLUTION`, `<!-- BEGIN SOLUTION -->`); it gets nbgrader's cell
-metadata and is collapsed in JupyterLab and Colab; `make student` removes it (tools/student.py).
-It also adds what a notebook needs to run alone on Colab, Kaggle or Studio Lab, generated from
-pyproject.toml (tools/hosted.py). Running it twice changes nothing, and the file keeps its JSON
-layout (nbformat's: one space of indent, sorted keys, UTF-8), so nothing else changes.
+Slides (`make slides`, RISE): a `#`/`##` heading starts a slide; a `###` heading, a plot (and the
+cell after it), a cell that would overfill the slide or prose past WORDS words starts a sub-slide;
+cells tagged `no-slide`, worked solutions' code and the `dx.check` cells are skipped; a worked
+solution in Markdown becomes speaker notes. A worked solution (a `BEGIN SOLUTION` ... `END
+SOLUTION` region, nbgrader's markers) gets nbgrader's metadata and is collapsed. Also adds what a
+notebook needs to run alone on a hosted platform (tools/hosted.py). Idempotent; keeps the layout.
 """
 from __future__ import annotations
 
@@ -26,11 +19,9 @@ import re
 import sys
 from pathlib import Path
 
-try:  # run as a script (python tools/nbmeta.py) or imported as tools.nbmeta
-    from tools import gpusupport, hosted
-except ImportError:
-    import gpusupport
-    import hosted
+if not __package__:  # run as a script (python tools/nbmeta.py): import tools from the root
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tools import gpusupport, hosted  # noqa: E402
 
 # The generic kernel: Colab, Kaggle and Studio Lab know no other name (Colab says "Unrecognized
 # runtime" and JupyterLab asks for a kernel), and Jupyter started from .venv (make lab) or from
@@ -146,10 +137,7 @@ def slide_types(cells: list[dict]) -> list[str]:
 
 def apply(nb: dict, path: str | None = None) -> dict:
     """Set the kernel and every cell's slide type in a notebook dict (in place); return it.
-
-    With `path` (the notebook's file in the repository, e.g. notebooks/01-x.ipynb), also what it
-    needs to run from its own file on a hosted platform (tools/hosted.py).
-    """
+    With `path` (notebooks/01-x.ipynb), also what it needs on a hosted platform (tools/hosted.py)."""
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
         raise ValueError("not a notebook: expected a JSON object with a 'cells' list")
     if path is not None:
@@ -201,11 +189,7 @@ def rewrite(text: str, path: str | None = None) -> str:
 
 
 def repo_path(path: Path) -> str | None:
-    """A notebook's path inside the repository, as the launch badges name it; None if outside.
-
-    Only the repository's own notebooks get badges and a set-up cell: a copy elsewhere (an
-    executed one, a draft) gets its slide metadata alone.
-    """
+    """A notebook's path in the repository (badges and set-up cell), None for a copy elsewhere."""
     try:
         return path.resolve().relative_to(hosted.ROOT).as_posix()
     except ValueError:

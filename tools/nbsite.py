@@ -1,13 +1,11 @@
 """Build reveal.js slide decks or static pages from executed notebooks (`make slides`, `make html`).
 
-    python tools/nbsite.py slides --notebooks build/report/notebooks --out build/slides
-    python tools/nbsite.py html   --notebooks build/report/notebooks --out build/html
+    python -m tools.nbsite slides --notebooks build/report/notebooks --out build/slides
+    python -m tools.nbsite html   --notebooks build/report/notebooks --out build/html
 
-The notebooks given are executed copies (`make report` writes them); the output directory gets one
-file per notebook, an index.html that lists them with the hardware each one ran on, and local
-copies of reveal.js and MathJax, so that the decks and pages work without a network (in class).
-Figures are embedded in the notebooks (data URIs); one still linked as `../images/NAME.png` is read
-from the images/ folder beside --source and embedded, so each page is one file plus those copies.
+From the executed copies `make report` writes: one file per notebook (a deck per lecture part),
+an index.html with the hardware each ran on, and local copies of reveal.js and MathJax, so the
+decks and pages work offline (in class). Figures are embedded as data URIs.
 """
 from __future__ import annotations
 
@@ -23,13 +21,8 @@ import nbformat
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATES = Path(__file__).resolve().parent / "site" / "templates"
-try:  # the slide rules (nbmeta) and the figures and titles (hosted) live in one place each
-    from tools import hosted, nbmeta
-    from tools.alarms import output_texts
-except ImportError:  # run as a script (python tools/nbsite.py): tools/ is on sys.path
-    import hosted
-    import nbmeta
-    from alarms import output_texts
+from tools import hosted, nbmeta
+from tools.alarms import output_texts
 
 MATHJAX_CONFIG = "?config=TeX-AMS-MML_HTMLorMML-full,Safe"
 
@@ -51,8 +44,7 @@ def reveal_dir() -> Path:
 
 
 def copy_assets(out: Path, slides: bool) -> dict:
-    """Put MathJax 2 (of jupyter-server-mathjax) and, for slides, reveal.js next to the output;
-    return the URLs that load them from there, so that the files work without a network."""
+    """Copy MathJax 2 and, for slides, reveal.js beside the output; return their relative URLs."""
     copy = functools.partial(shutil.copytree, dirs_exist_ok=True,
                              ignore=shutil.ignore_patterns("*.map", "*.esm.js", "*.scss"))
     copy(_package_dir("jupyter_server_mathjax", "static"), out / "mathjax")
@@ -64,8 +56,7 @@ def copy_assets(out: Path, slides: bool) -> dict:
 
 
 def hardware_of(nb) -> str:
-    """What dx.hardware_report() printed in this executed notebook (the first code cell after
-    the set-up cell, which prints only where it installs something)."""
+    """What dx.hardware_report() printed: the first code cell after the set-up cell."""
     for cell in nb.cells:
         if cell.cell_type == "code" and "setup" not in cell.metadata.get("tags", []):
             return "".join(output_texts(cell.get("outputs", []), results=False,
@@ -93,8 +84,7 @@ def with_notes(nb) -> None:
 
 
 def lecture_parts(nb) -> list[tuple[str, list]]:
-    """The notebook's lecture parts as (title, cells): a `#` heading after the first cell
-    starts a part (tools/nbmeta.py); the skipped cells before it stay with the part before."""
+    """The lecture parts as (title, cells): a `#` heading after the first cell starts one."""
     parts = [(hosted.title_of(nb), [])]
     for index, cell in enumerate(nb.cells):
         if index > 0 and nbmeta.heading_level(cell) == 1:
@@ -213,11 +203,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("kind", choices=["slides", "html"])
     parser.add_argument("--notebooks", type=Path, default=ROOT / "build" / "report" / "notebooks",
-                        help="directory of executed notebooks (default: build/report/notebooks)")
-    parser.add_argument("--out", type=Path, help="output directory (default: build/KIND)")
+                        help="executed notebooks")
+    parser.add_argument("--out", type=Path, help="default: build/KIND")
     parser.add_argument("--source", type=Path, default=ROOT / "notebooks",
-                        help="directory of the stored notebooks, for their Markdown images")
-    parser.add_argument("--summary", type=Path, help="make report's summary JSON (optional)")
+                        help="the stored notebooks, for their Markdown images")
+    parser.add_argument("--summary", type=Path, help="make report's summary.json")
     args = parser.parse_args(argv)
     out = args.out or ROOT / "build" / args.kind
     notebooks = sorted(args.notebooks.glob("*.ipynb")) if args.notebooks.is_dir() else []

@@ -1,18 +1,12 @@
-"""make readings: run every notebook several times and list the readings whose words changed.
+"""make readings: run the notebooks several times; list the printed readings whose words changed.
 
     python -m tools.readings [--profile class] [--runs 3] [--out build/readings] [NB ...]
     python -m tools.readings --compare DIR DIR [DIR ...]
 
-A reading is a line a code cell prints (its stdout, and the text of its result). Numbers are
-masked, with their units (12.5 ms, 3.1 GB/s, 1.52x, 40%), so that only the words are compared:
-"faster" against "within noise", "as predicted" against "misses". A cell whose masked lines
-differ from one run to the next is listed with each variant. Each run executes the notebooks in
-a fresh kernel (as `make report` does) and keeps the executed copies in OUT/run-N/notebooks/;
---compare reads such folders (or `make report`'s build/report/notebooks) and runs nothing.
-The run times are listed against the class budgets (60 s a notebook, 90 s for the capstone).
-
-The exit status is 1 when a reading changed or a notebook failed, else 0. Not part of
-`make test`: three class runs take half an hour on a 2-core machine.
+A reading is a line a code cell prints. Numbers and their units (12.5 ms, 1.52x, 40%) are masked so
+that only the words count: "faster" against "within noise". Each run is a `make report` run into
+OUT/run-N; --compare reads such folders and runs nothing. Run times are listed against the class
+budgets. Exit status 1 when a reading changed or a notebook failed.
 """
 from __future__ import annotations
 
@@ -23,15 +17,11 @@ import re
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # run as a file, or as python -m tools.readings
-    sys.path.insert(0, str(ROOT))
-from tools.alarms import output_texts  # noqa: E402
-from tools.report import EXECUTED, notebook_args, report  # noqa: E402
+from tools.alarms import output_texts
+from tools.report import EXECUTED, ROOT, notebook_args, report
 
 DEFAULT_OUT = ROOT / "build" / "readings"
-BUDGET_S = {"class": 60.0}          # seconds per notebook in the class profile ...
-CAPSTONE_BUDGET_S = {"class": 90.0}  # ... and for the capstone, which trains the most
+BUDGET_S = {"class": (60.0, 90.0)}  # seconds: a notebook, the capstone (class profile)
 
 UNIT = (r"ns|us|µs|ms|s|min|h|B|KiB|MiB|GiB|TiB|KB|MB|GB|TB|[KMGT]?B/s|[KMGT]?FLOP/s|"
         r"FLOP/B|FLOPs?|samples/s|tokens/s|%|x|X|nats")
@@ -102,8 +92,7 @@ def compare(folders: list[Path]) -> tuple[list[str], int]:
 
 
 def run(paths: list[Path], out: Path, profile: str, runs: int, cell_timeout: float) -> tuple:
-    """Execute the notebooks `runs` times (as make report); return the folders of the executed
-    copies, the run times and the failures."""
+    """Run the notebooks `runs` times (make report); return the folders, run times, failures."""
     # Bytecode written, as `make` does: without it every import of torch costs seconds.
     os.environ.update(D2L_PROFILE=profile, PYTHONDONTWRITEBYTECODE="")
     folders, seconds, failed = [], {}, []
@@ -122,7 +111,7 @@ def budget_lines(seconds: dict[str, list[float]], profile: str) -> list[str]:
     """Each notebook's slowest run against its budget in this profile (if it has one)."""
     lines = []
     for name, times in seconds.items():
-        limit = (CAPSTONE_BUDGET_S if name.startswith("09") else BUDGET_S).get(profile)
+        limit = BUDGET_S.get(profile, (None, None))[name.startswith("09")]
         worst = max(times)
         over = f"  OVER the {limit:.0f} s budget" if limit and worst > limit else ""
         lines.append(f"{name}: " + ", ".join(f"{t:.1f}" for t in times) + f" s{over}")
@@ -131,14 +120,10 @@ def budget_lines(seconds: dict[str, list[float]], profile: str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("notebooks", nargs="*", type=Path,
-                        help="notebooks to run (default: every notebooks/*.ipynb)")
-    parser.add_argument("--profile", default=os.environ.get("D2L_PROFILE", "class"),
-                        help="size profile of the runs (default: D2L_PROFILE, else class)")
-    parser.add_argument("--runs", type=int, default=3,
-                        help="runs of each notebook (one: keep it for a later --compare)")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
-                        help="where the executed copies go (default: build/readings)")
+    parser.add_argument("notebooks", nargs="*", type=Path, help="default: notebooks/*.ipynb")
+    parser.add_argument("--profile", default=os.environ.get("D2L_PROFILE", "class"))
+    parser.add_argument("--runs", type=int, default=3, help="one: keep it for a later --compare")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--cell-timeout", type=float, default=900)
     parser.add_argument("--compare", type=Path, nargs="+", metavar="DIR",
                         help="compare folders of executed notebooks; run nothing")

@@ -2,13 +2,10 @@
 
     python -m tools.report [--out build/report] [notebooks/NN-name.ipynb ...]
 
-Each notebook runs in a fresh kernel of this interpreter (.venv, or the current environment with
-USE_CURRENT_ENV=1), in the active profile, with D2L_REPORT_DIR=OUT and D2L_REPORT_NOTEBOOK=its
-name, so that each `dx.record(key, value, unit, note)` lands in OUT/records.jsonl; its records
-(notebooks/records/NN-name.py, out of the lesson) run in its kernel after its last cell. OUT gets
-the executed copies (notebooks/, failed ones up to the error), records.jsonl, and summary.md and
-summary.json (hardware, each notebook's result, run time and figures). Exit status 1 when a
-notebook failed (after the summary is written).
+Each notebook runs in a fresh kernel of this interpreter, in the active profile; its
+`dx.record(...)` calls (and notebooks/records/NN-name.py, run after its last cell) land in
+OUT/records.jsonl. OUT gets notebooks/ (executed copies), summary.md and summary.json (hardware,
+each notebook's result, run time and figures). Exit status 1 when a notebook failed.
 """
 from __future__ import annotations
 
@@ -54,11 +51,7 @@ def _current_python_kernel_manager():
 
 def execute_notebook(source: Path, target: Path, env: dict, cell_timeout: float,
                      deadline: float | None = None) -> str | None:
-    """Execute `source` in a kernel of this Python, save it to `target`; return the error or None.
-
-    `deadline` (a time.time() value) interrupts the cell still running then, as Ctrl-C would, so
-    that it cleans up (dx.launch ends its workers), and ends the notebook there.
-    """
+    """Run `source` in a kernel of this Python, save it to `target`; return the error or None."""
     import nbformat
     from nbclient import NotebookClient
     nb = nbformat.read(source, as_version=4)
@@ -68,7 +61,7 @@ def execute_notebook(source: Path, target: Path, env: dict, cell_timeout: float,
     client = NotebookClient(nb, timeout=cell_timeout, kernel_name="this-python",
                             kernel_manager_class=_current_python_kernel_manager(),
                             resources={"metadata": {"path": str(source.parent)}})
-    if deadline is not None:
+    if deadline is not None:  # a time.time(): interrupt as Ctrl-C would (dx.launch cleans up)
         client.timeout_func = lambda cell: max(1, min(cell_timeout, int(deadline - time.time())))
         client.interrupt_on_timeout = True
         client.error_on_timeout = {"ename": "DeadlineExceeded", "traceback": [],
@@ -125,12 +118,12 @@ def summarize(runs: list[dict], records: list[dict], hardware: dict | None,
             {k: row.get(k) for k in ("key", "value", "unit", "note")})
     notebooks = [{**run, "records": groups[run["notebook"]]} for run in runs]
     other = {name: rows for name, rows in groups.items() if name not in order}
-    return {  # other_records: recorded under a name that is not one of the notebooks run
-        "generated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "python": sys.executable, "profile": profile, "hardware": hardware,
-        "hardware_error": hardware_error, "notebooks": notebooks, "other_records": other,
-        "failed": [run["notebook"] for run in runs if run.get("error")],
-        "total_seconds": round(sum(run.get("seconds", 0.0) for run in runs), 1)}
+    return {"generated": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "python": sys.executable, "profile": profile, "hardware": hardware,
+            "hardware_error": hardware_error, "notebooks": notebooks,
+            "other_records": other,  # recorded under a name that is not a notebook run
+            "failed": [run["notebook"] for run in runs if run.get("error")],
+            "total_seconds": round(sum(run.get("seconds", 0.0) for run in runs), 1)}
 
 
 def _value(v) -> str:
@@ -211,10 +204,7 @@ def report(paths: list[Path], out: Path, cell_timeout: float = 900,
            hardware: Callable[[], tuple[dict | None, str | None]] = _hardware,
            deadline: float | None = None) -> int:
     """Run the notebooks, write the summary under `out`; return 1 if one failed, else 0.
-
-    With a `deadline` (a time.time() value), the notebook running then is interrupted and those
-    after it are not started; each is reported as failed, with the reason.
-    """
+    At a `deadline` (time.time()) the running notebook is interrupted and later ones not started."""
     from d2l_extras.profiles import profile
     from d2l_extras.report import ENV_VAR, RECORDS, read_records
 
@@ -257,14 +247,11 @@ def report(paths: list[Path], out: Path, cell_timeout: float = 900,
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run the notebooks and summarize their figures.")
-    parser.add_argument("notebooks", nargs="*", type=Path,
-                        help="notebooks to run (default: every notebooks/*.ipynb)")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
-                        help="output directory (default: build/report, ignored by git)")
-    parser.add_argument("--cell-timeout", type=float, default=900,
-                        help="seconds one cell may run (default: 900)")
-    parser.add_argument("--deadline", type=float, default=None, help="a time.time() value: "
-                        "interrupt the notebook running then and start no other (default: none)")
+    parser.add_argument("notebooks", nargs="*", type=Path, help="default: notebooks/*.ipynb")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--cell-timeout", type=float, default=900, help="seconds a cell may run")
+    parser.add_argument("--deadline", type=float, help="a time.time(): interrupt the notebook "
+                        "running then and start no other")
     args = parser.parse_args(argv)
     return report(notebook_args(parser, args.notebooks), args.out, args.cell_timeout,
                   deadline=args.deadline)

@@ -2,13 +2,10 @@
 
     python -m tools.student [--out build/student] [--run] [notebooks/NN-name.ipynb ...]
 
-A worked solution is a region between `BEGIN SOLUTION` and `END SOLUTION` lines, the markers
-nbgrader and otter-grader read (tools/nbmeta.py). In code the region becomes `# your code here`
-(`...` where it sits in an indented block); the answer's declaration above it (`side = ...`) stays,
-so the exercise's check says "not answered yet" and the notebook still runs to the end. In
-Markdown (an answer in words, the quiz's answers) it becomes "*Your answer here.*". The copies
-open with their cells expanded and carry no outputs. --run executes them (tools/report.py) and
-exits 1 if one fails.
+A worked solution is a `BEGIN SOLUTION` ... `END SOLUTION` region (nbgrader's and otter's markers).
+In code it becomes `# your code here` (`...` in an indented block) below the answer's declaration,
+so the check says "not answered yet" and the notebook runs to the end; in Markdown, "*Your answer
+here.*". The copies open expanded, without outputs. --run executes them; exit 1 if one fails.
 """
 from __future__ import annotations
 
@@ -18,10 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-try:
-    from tools import nbmeta
-except ImportError:  # run as a script: tools/ is on sys.path
-    import nbmeta
+from tools import nbmeta
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "build" / "student"
