@@ -1,8 +1,7 @@
 """Alarm lines: text in a notebook's output that looks like a failure to a student but is not one.
 
-A notebook that runs correctly on a CPU must not print them: each one sends a student hunting for
-a problem that does not exist (or hides a real one among false ones). The root conftest.py fails
-the nbval cell that prints one, and tools/report.py lists them for every executed notebook.
+Each sends a student hunting for a problem that does not exist. tests/nbval_plugin.py fails the
+nbval cell that prints one; tools/report.py lists them for every executed notebook.
 """
 from __future__ import annotations
 
@@ -11,30 +10,22 @@ from typing import Iterable, Mapping
 
 # One entry per known alarm line: (name, pattern, why it appears). Patterns match one line.
 ALARM_PATTERNS: list[tuple[str, re.Pattern, str]] = [
-    # torch.profiler with CUPTI (the CUDA build of torch) on a machine without a GPU:
-    # "ERROR:2026-11-22 05:41:18 10573:10573 DeviceProperties.cpp:56] gpuGetDeviceCount failed
-    # with code 35" (seen in notebook 02 with torch 2.14.1 on this project's CPU machine).
+    # "ERROR:... DeviceProperties.cpp:56] gpuGetDeviceCount failed with code 35" (02, torch 2.14.1)
     ("profiler-gpu-count", re.compile(r"^ERROR:.*gpuGetDeviceCount failed"),
      "torch.profiler (CUDA build) asked CUPTI for GPUs on a machine without one: do not "
      "request CUDA profiling, or Kineto's set-up, when no CUDA device is visible"),
-    # Any other line in Kineto's (and Python logging's default) error format, "ERROR:...".
-    # Not glog's "E1122 05:40:00 ..." lines: torchrun prints those when a worker fails, which
-    # notebooks 07 and 08 show on purpose.
+    # Kineto's and logging's error format; not glog's "E1122 ..." (07 and 08 show torchrun's).
     ("error-line", re.compile(r"^ERROR:"),
      "a library logged an error line; either something is wrong, or the call that logs it "
      "should not be made on this hardware"),
-    # Kineto's user-space tracepoint notices when a profiler session starts and stops:
-    # "USDT:2026-11-22 05:41:18 10573:10573 SyncActivityProfilerHandler.cpp:39] profiler_start"
-    # (the CUDA build of torch prints them on a CPU too).
+    # "USDT:... SyncActivityProfilerHandler.cpp:39] profiler_start"
     ("profiler-usdt", re.compile(r"^USDT:"),
      "Kineto's tracepoint notice at a profiler session's start and stop (CUDA build of torch)"),
-    # dx.check under a worked solution (d2l_extras/exercises.py): "Exercise 2: not yet: ...".
-    # In the notebooks as stored, every exercise has its solution, which must pass its check.
+    # dx.check under a stored worked solution, which must pass: "Exercise 2: not yet: ..."
     ("exercise-check", re.compile(r"^Exercise [\w.]+: not yet\b"),
      "a worked solution fails its own check: fix the solution, or the check if the exercise "
      "has more than one right answer"),
-    # torch.utils.cpp_extension at the first torch.compile on a CPU with the CUDA build of torch:
-    # "No CUDA runtime is found, using CUDA_HOME='/usr/local/cuda'".
+    # the first torch.compile on a CPU: "No CUDA runtime is found, using CUDA_HOME='/usr/...'"
     ("cuda-home", re.compile(r"No CUDA runtime is found, using CUDA_HOME"),
      "torch.utils.cpp_extension looked for a CUDA toolkit on a machine without a GPU; import it "
      "quietly (or skip it) when no CUDA device is visible"),

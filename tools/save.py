@@ -3,13 +3,10 @@
     python -m tools.save           # rewrite the generated modules
     python -m tools.save --check   # exit 1 and name each generated module that is out of step
 
-A notebook cell is the one source of the function it teaches. Mark it as the book does:
-- `#@save` as the first line of a code cell saves the whole cell;
-- `def f(...):  #@save` (or `class C:  #@save`) saves that one definition.
-`#@save ring` saves into `d2l_extras/ring.py`; a bare `#@save` saves into `d2l_extras/lessons.py`.
-Blocks keep the notebooks' order. A module gets the notebook imports its code uses, and a module
-that defines `main` runs it under `python -m` (what `dx.launch` starts). `d2l_extras/_saved.py`
-maps each public name to its module, so that every saved name is an attribute of `d2l_extras`.
+`#@save` as a code cell's first line saves the cell; `def f(...):  #@save` saves one definition.
+`#@save ring` saves into d2l_extras/ring.py, a bare `#@save` into d2l_extras/lessons.py, in the
+notebooks' order, with the notebook imports the code uses; a module defining `main` runs it under
+`python -m`. d2l_extras/_saved.py maps each public name to its module (`dx.NAME`).
 """
 from __future__ import annotations
 
@@ -21,6 +18,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from tools.hosted import source_text as _source
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "d2l_extras"
 DEFAULT = "lessons"
@@ -29,11 +28,6 @@ HEADER = '"""{doc}.\n\n' + MARK + '\nIts #@save code comes from {sources}.\n"""'
 INDEX = PACKAGE / "_saved.py"
 CELL_MARK = re.compile(r"^#\s*@save(?:\s+(\w+))?\s*$")
 LINE_MARK = re.compile(r"#\s*@save(?:\s+(\w+))?\s*$")
-
-
-def _source(cell: dict) -> str:
-    src = cell["source"]
-    return src if isinstance(src, str) else "".join(src)
 
 
 def saved_blocks(cells: list[dict]) -> list[tuple[str, str]]:
