@@ -135,16 +135,19 @@ STUDENT_ARGS ?=
 student: $(call ready,report)
 	$(PY) -m tools.student --out build/student $(STUDENT_ARGS)
 
-# The notebooks on the stacks students and runners have (tools/compat.py): torch 2.6, 2.11 and
-# the newest on the index, each as `make test USE_CURRENT_ENV=1` in an environment of its own,
-# then every notebook copied alone into an empty folder and run on a hosted platform's stack
-# (torch, torchvision, ipykernel, nbclient), its set-up cell installing this checkout. About
-# 20 GB of environments under build/compat/ and an hour. One part: COMPAT_ARGS="--torch 2.6
-# --no-hosted", or COMPAT_ARGS="--torch" for the lone notebooks only.
+# The tests on the stacks students and runners have (noxfile.py, run by nox): sessions torch-2.6,
+# torch-2.11 and torch-newest (the newest on the index; COMPAT_TORCH="2.8 newest" picks others),
+# each `make test USE_CURRENT_ENV=1` (TESTS too) in an environment of its own with that torch,
+# and hosted: every notebook copied alone into an empty folder and run on a hosted platform's
+# stack (torch, torchvision, ipykernel, nbclient), its set-up cell installing this checkout.
+# About 20 GB of environments under build/compat/ and an hour; nox's summary says what passed.
+# COMPAT_ARGS takes nox's options: COMPAT_ARGS="-s torch-2.6", "-s hosted", "-l" (list);
+# D2L_HOSTED_NOTEBOOKS="00 06" runs those two alone instead of all.
+# With USE_CURRENT_ENV=1 that Python needs nox and uv (pip install nox uv).
 COMPAT_PYTHON ?= python3.12
 COMPAT_ARGS ?=
 compat: $(call ready,test)
-	$(PY) -m tools.compat --python $(COMPAT_PYTHON) $(COMPAT_ARGS)
+	COMPAT_PYTHON="$(COMPAT_PYTHON)" $(PY) -m nox $(COMPAT_ARGS)
 
 # Write the notebooks' #@save code into d2l_extras (tools/save.py; only the standard library):
 # run it after editing a saved cell; tests/test_save.py fails while a generated module is stale.

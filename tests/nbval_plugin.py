@@ -116,7 +116,7 @@ def pytest_collection_modifyitems(config, items):
     # The order work is handed out in: the lone notebook, the other notebooks, the longest test,
     # then the rest as collected.
     items.sort(key=lambda item: 0 if f"/{LONE_NOTEBOOK}::" in item.nodeid else
-               1 if ".ipynb::" in item.nodeid else 2 if item.nodeid == LONGEST_FIRST else 3)
+               1 if ".ipynb::" in item.nodeid else 2 if item.nodeid.startswith(LONGEST_FIRST) else 3)
 
 
 @pytest.hookimpl(optionalhook=True)

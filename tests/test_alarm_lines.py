@@ -166,7 +166,7 @@ def test_work_is_handed_out_lone_notebook_first_then_notebooks_then_the_longest_
 
     def item(nodeid):
         return type("Item", (), {"nodeid": nodeid})()
-    ids = ["tests/test_a.py::t", LONGEST_FIRST, "notebooks/01-x.ipynb::Cell 0",
+    ids = ["tests/test_a.py::t", LONGEST_FIRST + "[06-x.ipynb]", "notebooks/01-x.ipynb::Cell 0",
            "notebooks/01-x.ipynb::Cell 1", f"notebooks/{LONE_NOTEBOOK}::Cell 0",
            f"notebooks/{LONE_NOTEBOOK}::Cell 1", "tests/test_z.py::t"]
     items = [item(i) for i in ids]

@@ -61,11 +61,6 @@ def test_setup_installs_what_is_missing_keeping_the_platforms_torch(platform, ca
         "Installed d2l 1.0.3, pandas for d2l_extras; kept torch 2.14.1+cu130\n"
 
 
-def test_make_compat_counts_the_line_setup_prints():
-    from tools import compat
-    assert compat.INSTALL_LINE == bootstrap.DONE
-
-
 def test_setup_says_what_to_do_when_pip_fails(platform, capsys):
     del platform["scipy"]
     with pytest.raises(RuntimeError, match=r"is the internet on\? \(Kaggle: Settings > Internet"):

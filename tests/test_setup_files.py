@@ -65,6 +65,13 @@ def test_current_env_option_uses_that_python_and_creates_no_venv(target):
                                          "tools.report" if target == "report" else "pytest") in plan
 
 
+def test_make_compat_runs_nox_with_its_python_and_arguments():
+    plan = make_dry_run("compat", "USE_CURRENT_ENV=1", "PYTHON=/opt/env/bin/python",
+                        "COMPAT_PYTHON=python3.13", "COMPAT_ARGS=-s torch-2.6")
+    command = 'COMPAT_PYTHON="python3.13" /opt/env/bin/python -m nox -s torch-2.6'
+    assert plan.splitlines()[-1] == command, plan
+
+
 def test_the_current_env_option_is_documented():
     readme = (ROOT / "README.md").read_text()
     assert "make test USE_CURRENT_ENV=1" in readme and "USE_CURRENT_ENV ?=" in \
