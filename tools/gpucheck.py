@@ -102,8 +102,9 @@ def junit(xml: Path) -> dict:
 
 def render(summary: dict) -> tuple[str, str]:
     """The check's own lines (lanes, tests, probes), and summary.md: tools.report's with them."""
-    lines = [f"\nThe lanes ran at once, {summary['seconds']:.0f} s (deadline "
-             f"{summary['deadline']:.0f} s): a time is an upper bound for a quiet machine. Lanes: "
+    lines = [f"\nThe lanes ran side by side, {summary['seconds']:.0f} s in all (deadline "
+             f"{summary['deadline']:.0f} s), so each time is an upper bound for a quiet machine. "
+             "Lanes: "
              + ", ".join(f"{nb['notebook']} in {nb['lane']}" for nb in summary["notebooks"])
              + f"; killed at the deadline's grace: {', '.join(summary['stopped']) or 'none'}."]
     for command, t in summary["tests"].items():
