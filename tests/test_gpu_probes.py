@@ -42,13 +42,12 @@ def test_tf32(probe):
     """float32 matmul TFLOP/s with TF32 off and on; what cuDNN's TF32 switch says by default."""
     n = 8192
     a, b = torch.randn(n, n, device=CUDA), torch.randn(n, n, device=CUDA)
-    rates = {}
+    rates, cudnn = {}, bool(torch.backends.cudnn.allow_tf32)  # as torch leaves it
     for allowed in (False, True):
         with dx.allow_tf32(allowed):
             rates[allowed] = 2 * n ** 3 / _seconds(lambda: a @ b) / 1e12
     probe(f"{n}^3 float32 {rates[False]:.1f} TFLOP/s, as TF32 {rates[True]:.1f} TFLOP/s "
-          f"({rates[True] / rates[False]:.1f}x); cuDNN TF32 by default: "
-          f"{bool(torch.backends.cudnn.allow_tf32)}")
+          f"({rates[True] / rates[False]:.1f}x); cuDNN TF32 by default: {cudnn}")
 
 
 @needs_cuda
