@@ -100,8 +100,9 @@ report: $(call ready,report)
 	$(PY) -m tools.report --out $(REPORT_DIR)
 
 # Every GPU path in one short command (tools/gpucheck.py): the notebooks in three parallel lanes
-# in the class profile, the tests that need a GPU (pytest -m gpu) and short probes, stopped at
-# GPU_CHECK_DEADLINE seconds; 6 files in GPU_CHECK_OUT. About 8 minutes on one H100. Without a
+# in the class profile and the tests that need a GPU (pytest -m gpu, the probes of
+# tests/test_gpu_probes.py among them), stopped at GPU_CHECK_DEADLINE seconds; 6 files in
+# GPU_CHECK_OUT, env.txt from torch.utils.collect_env. About 8 minutes on one H100. Without a
 # GPU it stops at once; GPU_CHECK_DRY=1 runs the same lanes with CUDA hidden, in the ci profile.
 GPU_CHECK_OUT ?= build/gpu-check
 GPU_CHECK_DEADLINE ?= 420
