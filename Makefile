@@ -147,7 +147,7 @@ student: $(call ready,report)
 # With USE_CURRENT_ENV=1 that Python needs nox and uv (pip install nox uv).
 COMPAT_PYTHON ?= python3.12
 COMPAT_ARGS ?=
-compat: $(call ready,test)
+compat: $(call ready,compat)
 	COMPAT_PYTHON="$(COMPAT_PYTHON)" $(PY) -m nox $(COMPAT_ARGS)
 
 # Write the notebooks' #@save code into d2l_extras (tools/save.py; only the standard library):

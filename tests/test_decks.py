@@ -72,7 +72,7 @@ def test_the_check_sees_a_slide_that_overflows_or_has_no_notes(tmp_path, monkeyp
     note = '<aside class="notes">Say this.</aside>'
     deck = tmp_path / "bad.slides.html"
     pytest.importorskip("sphinx_revealjs", reason="sphinx-revealjs is not installed")
-    reveal = nbsite.reveal_dir()
+    reveal = nbsite._package_dir("sphinx_revealjs", "_static", "revealjs")
     deck.write_text(f"""<html><head><link rel="stylesheet" href="{(reveal / 'dist' / 'reveal.css')
         .as_uri()}"><style>.reveal .slides section {{ max-height: 700px; overflow-y: auto; }}
         pre {{ overflow-x: auto; }}</style></head><body><div class="reveal"><div class="slides">

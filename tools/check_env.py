@@ -16,37 +16,24 @@ ROOT = Path(__file__).resolve().parents[1]
 MIN_PYTHON = (3, 11)
 MIN_TORCH = (2, 6)  # the oldest torch the notebooks' CUDA paths are written for
 
-# (module to import, distribution to install). The notebooks' own dependencies first.
-RUN = [("torch", "torch"), ("torchvision", "torchvision"), ("numpy", "numpy"),
-       ("matplotlib", "matplotlib"), ("matplotlib_inline", "matplotlib-inline"),
-       ("pandas", "pandas"), ("scipy", "scipy"), ("requests", "requests"), ("psutil", "psutil"),
-       ("sklearn", "scikit-learn"), ("d2l", "d2l"), ("ipykernel", "ipykernel")]
-NEEDS = {
-    "run": RUN,
-    "test": RUN + [("pytest", "pytest"), ("nbval", "nbval"), ("pytest_timeout", "pytest-timeout")],
-    "lab": RUN + [("jupyterlab", "jupyterlab"), ("jupyterlab_rise", "jupyterlab-rise")],
-    "report": RUN + [("nbclient", "nbclient"), ("nbformat", "nbformat")],
-    # make gpu-check: the report's lanes, and pytest for the tests only a GPU runs
-    "gpu-check": RUN + [("nbclient", "nbclient"), ("nbformat", "nbformat"), ("pytest", "pytest"),
-                        ("pytest_timeout", "pytest-timeout")],
-    # make slides / make html: the report's run, then nbconvert's exporters
-    "site": RUN + [("nbclient", "nbclient"), ("nbformat", "nbformat"), ("nbconvert", "nbconvert"),
-                   ("sphinx_revealjs", "sphinx-revealjs"),
-                   ("jupyter_server_mathjax", "jupyter-server-mathjax")],
-}
+# What each target imports: "module" or "module:distribution". The notebooks' own needs first.
+RUN = ("torch torchvision numpy matplotlib matplotlib_inline:matplotlib-inline pandas scipy "
+       "requests psutil sklearn:scikit-learn d2l ipykernel").split()
+TEST = RUN + ["pytest", "nbval", "pytest_timeout:pytest-timeout"]
+REPORT = RUN + ["nbclient", "nbformat"]
+NEEDS = {"run": RUN, "test": TEST, "report": REPORT,
+         "lab": RUN + ["jupyterlab", "jupyterlab_rise:jupyterlab-rise"],
+         "gpu-check": TEST + REPORT[len(RUN):] + ["xdist:pytest-xdist"],
+         "compat": TEST + ["nox", "uv"],
+         "site": REPORT + ["nbconvert", "sphinx_revealjs:sphinx-revealjs",
+                           "jupyter_server_mathjax:jupyter-server-mathjax"]}
 
 
 def pins() -> dict[str, str]:
     """Return {distribution name (lower case): 'name==version'} from the requirement files."""
-    found = {}
-    for name in ("requirements.txt", "requirements-nodeps.txt"):
-        path = ROOT / name
-        if path.exists():
-            for line in path.read_text().splitlines():
-                line = line.split("#", 1)[0].strip()
-                if "==" in line:
-                    found[line.split("==")[0].strip().lower()] = line
-    return found
+    lines = [line.split("#", 1)[0].strip() for name in ("requirements.txt",
+             "requirements-nodeps.txt") for line in (ROOT / name).read_text().splitlines()]
+    return {line.split("==")[0].strip().lower(): line for line in lines if "==" in line}
 
 
 def version_tuple(text: str) -> tuple[int, ...]:
@@ -65,13 +52,13 @@ def problems(target: str, find=importlib.util.find_spec,
         other.append(f"Python {python[0]}.{python[1]} is too old: the notebooks need "
                      f"{MIN_PYTHON[0]}.{MIN_PYTHON[1]} or later")
     missing = []
-    for module, dist in NEEDS[target]:
+    for module, _, dist in (need.partition(":") for need in NEEDS[target]):
         try:
             present = find(module) is not None
         except (ImportError, ValueError):
             present = False
         if not present:
-            missing.append(dist)
+            missing.append(dist or module)
     if "torch" not in missing:
         try:
             torch_version = version("torch")

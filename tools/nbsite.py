@@ -38,20 +38,16 @@ def _package_dir(name: str, *parts: str) -> Path:
     return path
 
 
-def reveal_dir() -> Path:
-    """reveal.js as shipped by the pinned sphinx-revealjs package (its dist/ and plugin/)."""
-    return _package_dir("sphinx_revealjs", "_static", "revealjs")
-
-
 def copy_assets(out: Path, slides: bool) -> dict:
     """Copy MathJax 2 and, for slides, reveal.js beside the output; return their relative URLs."""
     copy = functools.partial(shutil.copytree, dirs_exist_ok=True,
                              ignore=shutil.ignore_patterns("*.map", "*.esm.js", "*.scss"))
     copy(_package_dir("jupyter_server_mathjax", "static"), out / "mathjax")
-    if slides:
+    if slides:  # reveal.js as the pinned sphinx-revealjs ships it
+        reveal = _package_dir("sphinx_revealjs", "_static", "revealjs")
         for part in ("dist", "plugin/notes"):
-            copy(reveal_dir() / part, out / "reveal.js" / part)
-        shutil.copy2(reveal_dir() / "LICENSE", out / "reveal.js" / "LICENSE")
+            copy(reveal / part, out / "reveal.js" / part)
+        shutil.copy2(reveal / "LICENSE", out / "reveal.js" / "LICENSE")
     return {"mathjax": "mathjax/MathJax.js" + MATHJAX_CONFIG, "reveal": "reveal.js"}
 
 
@@ -66,20 +62,17 @@ def hardware_of(nb) -> str:
 
 def was_executed(nb) -> bool:
     """True if any code cell has outputs or an execution count."""
-    return any(c.cell_type == "code" and (c.get("outputs") or c.get("execution_count"))
-               for c in nb.cells)
+    return any(c.get("outputs") or c.get("execution_count") for c in nb.cells)
 
 
 def with_notes(nb) -> None:
     """Put each cell's speaker notes (metadata `notes`) on its slide, as reveal.js notes."""
     cells = []
     for cell in nb.cells:
-        cells.append(cell)
         notes = cell.metadata.get("notes")
-        if isinstance(notes, str) and notes.strip():
-            note = nbformat.v4.new_markdown_cell(notes)
-            note.metadata["slideshow"] = {"slide_type": "notes"}
-            cells.append(note)
+        cells += [cell] + ([nbformat.v4.new_markdown_cell(notes, metadata={
+            "slideshow": {"slide_type": "notes"}})] if isinstance(notes, str) and notes.strip()
+            else [])
     nb.cells = cells
 
 
@@ -102,8 +95,7 @@ def _exporter(kind: str, urls: dict):
     from nbconvert import HTMLExporter, SlidesExporter
     # basedirs: where d2l_slides/ and d2l_page/ are found; paths: their shared d2l_*.j2 parts.
     common = dict(extra_template_basedirs=[str(TEMPLATES)], extra_template_paths=[str(TEMPLATES)],
-                  mathjax_url=urls["mathjax"],
-                  exclude_input_prompt=False)
+                  mathjax_url=urls["mathjax"], exclude_input_prompt=False)
     if kind == "slides":
         # No In[ ]/Out[ ] prompts on a slide: their 120 px column would cut 80-character lines.
         common.update(exclude_input_prompt=True, exclude_output_prompt=True)
@@ -160,10 +152,10 @@ def build(kind: str, notebooks: list[Path], out: Path, source_dir: Path,
 
 def read_summary(summary: Path | None) -> dict:
     """`make report`'s summary.json (tools/report.py), or {} where there is none."""
-    if summary is None or not summary.is_file():
-        return {}
     try:
-        data = json.loads(summary.read_text(encoding="utf-8"))
+        data = json.loads(summary.read_text(encoding="utf-8")) if summary else {}
+    except FileNotFoundError:
+        return {}
     except ValueError:
         print(f"warning: {summary} is not valid JSON; the index leaves the run summary out")
         return {}
@@ -193,9 +185,8 @@ def write_index(out: Path, kind: str, rows: list[dict], summary: Path | None) ->
     body = env.get_template("d2l_index.html.j2").render(
         what="slides" if kind == "slides" else "pages", report=report,
         machine=describe_hardware(report.get("hardware")), rows=rows)
-    path = out / "index.html"
-    path.write_text(body + "\n", encoding="utf-8")
-    return path
+    (out / "index.html").write_text(body + "\n", encoding="utf-8")
+    return out / "index.html"
 
 
 def main(argv: list[str] | None = None) -> int:
