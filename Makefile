@@ -116,7 +116,7 @@ gpu-check: $(call ready,gpu-check)
 RUNS ?= 3
 .PHONY: readings
 readings: $(call ready,report)
-	$(PY) -m tools.readings --runs $(RUNS) --profile $(or $(D2L_PROFILE),class)
+	D2L_PROFILE=$(or $(D2L_PROFILE),class) $(PY) -m tools.report --runs $(RUNS) --out build/readings
 
 # The notebooks as reveal.js decks (build/slides/) and as static pages with their outputs
 # (build/html/), each with an index.html and local copies of reveal.js and MathJax (they work

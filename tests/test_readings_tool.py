@@ -80,9 +80,27 @@ def test_budget_lines_flag_the_slow_notebooks():
 
 
 def test_bad_arguments_are_refused(capsys):
+    from tools import report
     with pytest.raises(SystemExit):
-        rd.main(["--runs", "0"])
+        report.main(["--runs", "0"])
     assert "--runs must be 1 or more" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        rd.main(["--compare", "only-one"])
+        rd.main(["only-one"])
     assert "two or more folders" in capsys.readouterr().err
+
+
+def test_report_runs_then_compares_the_readings(tmp_path, monkeypatch, capsys):
+    from tools import report
+    said = iter(["faster", "within noise"])
+
+    def fake_report(paths, folder, *args, **kwargs):  # one run: its executed copy and summary
+        notebook(folder / "notebooks", "00.ipynb", [[out(next(said) + "\n")]])
+        (folder / "summary.json").write_text(json.dumps({"profile": "class", "notebooks": [
+            {"notebook": "00", "seconds": 61.0, "error": None}]}))
+        return 0
+    monkeypatch.setattr(report, "report", fake_report)
+    first = sorted(report.NOTEBOOKS.glob("*.ipynb"))[0]
+    assert report.main(["--runs", "2", "--out", str(tmp_path), str(first)]) == 1
+    printed = capsys.readouterr().out
+    assert "00: 61.0, 61.0 s  OVER the 60 s budget" in printed
+    assert "00.ipynb cell 1: 2 variants" in printed and "[2] within noise" in printed

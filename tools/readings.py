@@ -1,26 +1,23 @@
 """make readings: run the notebooks several times; list the printed readings whose words changed.
 
-    python -m tools.readings [--profile class] [--runs 3] [--out build/readings] [NB ...]
-    python -m tools.readings --compare DIR DIR [DIR ...]
+    python -m tools.report --runs 3 --out build/readings [NB ...]   # runs, then compares
+    python -m tools.readings build/readings/run-1 build/readings/run-2 [DIR ...]
 
 A reading is a line a code cell prints. Numbers and their units (12.5 ms, 1.52x, 40%) are masked so
-that only the words count: "faster" against "within noise". Each run is a `make report` run into
-OUT/run-N; --compare reads such folders and runs nothing. Run times are listed against the class
-budgets. Exit status 1 when a reading changed or a notebook failed.
+that only the words count: "faster" against "within noise". Each folder is a `make report` output
+(or a folder of executed notebooks); run times are listed against the class budgets. Exit status 1
+when a reading changed or a notebook failed.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import sys
 from pathlib import Path
 
 from tools.alarms import output_texts
-from tools.report import EXECUTED, ROOT, notebook_args, report
-
-DEFAULT_OUT = ROOT / "build" / "readings"
+from tools.report import EXECUTED
 BUDGET_S = {"class": (60.0, 90.0)}  # seconds: a notebook, the capstone (class profile)
 
 UNIT = (r"ns|us|µs|ms|s|min|h|B|KiB|MiB|GiB|TiB|KB|MB|GB|TB|[KMGT]?B/s|[KMGT]?FLOP/s|"
@@ -91,22 +88,6 @@ def compare(folders: list[Path]) -> tuple[list[str], int]:
     return report, changed
 
 
-def run(paths: list[Path], out: Path, profile: str, runs: int, cell_timeout: float) -> tuple:
-    """Run the notebooks `runs` times (make report); return the folders, run times, failures."""
-    # Bytecode written, as `make` does: without it every import of torch costs seconds.
-    os.environ.update(D2L_PROFILE=profile, PYTHONDONTWRITEBYTECODE="")
-    folders, seconds, failed = [], {}, []
-    for r in range(1, runs + 1):
-        print(f"readings: run {r}/{runs}", flush=True)
-        report(paths, out / f"run-{r}", cell_timeout)
-        folders.append(out / f"run-{r}" / EXECUTED)
-        for nb in json.loads((out / f"run-{r}" / "summary.json").read_text())["notebooks"]:
-            seconds.setdefault(nb["notebook"] + ".ipynb", []).append(nb["seconds"])
-            if nb["error"]:
-                failed.append(f"{nb['notebook']} (run {r}): {nb['error']}")
-    return folders, seconds, failed
-
-
 def budget_lines(seconds: dict[str, list[float]], profile: str) -> list[str]:
     """Each notebook's slowest run against its budget in this profile (if it has one)."""
     lines = []
@@ -120,31 +101,22 @@ def budget_lines(seconds: dict[str, list[float]], profile: str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("notebooks", nargs="*", type=Path, help="default: notebooks/*.ipynb")
-    parser.add_argument("--profile", default=os.environ.get("D2L_PROFILE", "class"))
-    parser.add_argument("--runs", type=int, default=3, help="one: keep it for a later --compare")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    parser.add_argument("--cell-timeout", type=float, default=900)
-    parser.add_argument("--compare", type=Path, nargs="+", metavar="DIR",
-                        help="compare folders of executed notebooks; run nothing")
-    args = parser.parse_args(argv)
-    failed: list[str] = []
-    if args.compare:
-        if len(args.compare) < 2:
-            parser.error("--compare needs two or more folders")
-        folders = args.compare
-    else:
-        if args.runs < 1:
-            parser.error("--runs must be 1 or more (one run: compare it later with --compare)")
-        folders, seconds, failed = run(notebook_args(parser, args.notebooks),
-                                       args.out.resolve() / args.profile, args.profile,
-                                       args.runs, args.cell_timeout)
-        print(f"\nrun times ({args.profile}):", *budget_lines(seconds, args.profile),
-              sep="\n")
+    parser.add_argument("folders", nargs="+", type=Path,
+                        help="make report's outputs (or folders of executed notebooks)")
+    folders = parser.parse_args(argv).folders
     if len(folders) < 2:
-        print(f"readings: one run, in {folders[0]}; compare it with others: --compare DIR ...")
-        return 1 if failed else 0
-    report, changed = compare(folders)
+        parser.error("give two or more folders to compare")
+    seconds: dict[str, list[float]] = {}
+    failed, profile = [], ""
+    for r, folder in enumerate(folders, 1):
+        summary = folder / "summary.json"
+        data = json.loads(summary.read_text()) if summary.is_file() else {"notebooks": []}
+        profile = data.get("profile", profile)
+        for nb in data["notebooks"]:
+            seconds.setdefault(nb["notebook"], []).append(nb["seconds"])
+            failed += [f"{nb['notebook']} (run {r}): {nb['error']}"] if nb["error"] else []
+    print(f"run times ({profile}):", *budget_lines(seconds, profile), sep="\n")
+    report, changed = compare([f / EXECUTED if (f / EXECUTED).is_dir() else f for f in folders])
     print("\n".join(report) if report else "")
     print(f"readings: {changed} cell(s) printed different words across {len(folders)} runs"
           + (f"; failed: {'; '.join(failed)}" if failed else ""))

@@ -252,9 +252,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cell-timeout", type=float, default=900, help="seconds a cell may run")
     parser.add_argument("--deadline", type=float, help="a time.time(): interrupt the notebook "
                         "running then and start no other")
+    parser.add_argument("--runs", type=int, default=1, help="more than one: OUT/run-N each, "
+                        "then the readings whose words changed (tools/readings.py)")
     args = parser.parse_args(argv)
-    return report(notebook_args(parser, args.notebooks), args.out, args.cell_timeout,
-                  deadline=args.deadline)
+    if args.runs < 1:
+        parser.error("--runs must be 1 or more")
+    paths = notebook_args(parser, args.notebooks)
+    outs = [args.out] if args.runs == 1 else [args.out / f"run-{r + 1}" for r in range(args.runs)]
+    status = max([report(paths, out, args.cell_timeout, deadline=args.deadline) for out in outs])
+    if args.runs == 1:
+        return status
+    from tools import readings
+    return max(status, readings.main([str(out) for out in outs]))
 
 
 def notebook_args(parser: argparse.ArgumentParser, given: list[Path]) -> list[Path]:
