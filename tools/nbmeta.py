@@ -8,7 +8,7 @@ cell after it), a cell that would overfill the slide or prose past WORDS words s
 cells tagged `no-slide`, worked solutions' code and the `dx.check` cells are skipped; a worked
 solution in Markdown becomes speaker notes. A worked solution (a `BEGIN SOLUTION` ... `END
 SOLUTION` region, nbgrader's markers) gets nbgrader's metadata and is collapsed. Also adds what a
-notebook needs to run alone on a hosted platform (tools/hosted.py). Idempotent; keeps the layout.
+notebook needs to run alone on a hosted platform (tools/hosted.py). Writes nbformat's layout.
 """
 from __future__ import annotations
 
@@ -167,25 +167,10 @@ def mark_solution(meta: dict, code: bool, number: int) -> None:
                         "schema_version": 3, "solution": True, "task": False}
 
 
-def detect_layout(text: str) -> dict:
-    """The json.dumps options that reproduce `text` byte for byte (nbformat's layout first)."""
-    data = json.loads(text)
-    for indent in (1, 2, 4, None):
-        for ensure_ascii in (False, True):
-            for sort_keys in (True, False):
-                opts = {"indent": indent, "ensure_ascii": ensure_ascii, "sort_keys": sort_keys}
-                if json.dumps(data, **opts) + "\n" == text or json.dumps(data, **opts) == text:
-                    opts["newline"] = text.endswith("\n")
-                    return opts
-    raise ValueError("the file's JSON layout is not one this tool can reproduce byte for byte; "
-                     "save it once with nbformat (e.g. open and save it in JupyterLab) and rerun")
-
-
 def rewrite(text: str, path: str | None = None) -> str:
-    """The notebook `text` with the metadata set, in the layout the text was written in."""
-    opts = detect_layout(text)
-    newline = opts.pop("newline")
-    return json.dumps(apply(json.loads(text), path), **opts) + ("\n" if newline else "")
+    """The notebook `text` with the metadata set, in nbformat's layout (as Jupyter saves it)."""
+    return json.dumps(apply(json.loads(text), path), indent=1, sort_keys=True,
+                      ensure_ascii=False) + "\n"
 
 
 def repo_path(path: Path) -> str | None:
