@@ -33,8 +33,7 @@ GPUS = [
 # torch when that is this wheel; update them together with the pin.
 PINNED_TORCH = "2.14.1+cu130"
 PINNED_ARCHS = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]
-# What dx.distributed.worker_device finds in torch's builds: torch.distributed.is_nccl_available() is True
-# in the Linux CUDA wheels only, so elsewhere several processes use gloo, on the CPU.
+# What dx.distributed.worker_device finds: NCCL is in the Linux CUDA wheels only; elsewhere, gloo.
 PLATFORMS = [("Linux", "linux", "NCCL, one GPU per process; gloo on the CPU"),
              ("Windows", "windows", "gloo on the CPU (torch's Windows builds have no NCCL)")]
 

@@ -107,10 +107,6 @@ def embed_figures(cell: dict, images: Path = IMAGES) -> None:
         cell.setdefault("metadata", {})["figures"] = used
 
 
-def _tagged(cell: dict, tag: str) -> bool:
-    return tag in cell.get("metadata", {}).get("tags", [])
-
-
 def _cell(kind: str, source: str, tags: list[str], cell_id: str | None) -> dict:
     cell = {"cell_type": kind, "metadata": {"tags": tags},
             "source": source.splitlines(keepends=True)}
@@ -128,7 +124,7 @@ def apply(nb: dict, path: str, info: dict | None = None) -> dict:
     launch = _cell("markdown", badges(path, info), [LAUNCH, NO_SLIDE], ids and "launch")
     setup = _cell("code", setup_source(info), [SETUP_TAG, NO_SLIDE], ids and "setup")
     for new, tag, where in ((launch, LAUNCH, 1), (setup, SETUP_TAG, None)):
-        old = next((c for c in cells if _tagged(c, tag)), None)
+        old = next((c for c in cells if tag in c.get("metadata", {}).get("tags", [])), None)
         if old is not None:
             old["source"] = new["source"]
             continue

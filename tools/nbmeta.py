@@ -26,11 +26,7 @@ from tools import gpusupport, hosted  # noqa: E402
 # The generic kernel: Colab, Kaggle and Studio Lab know no other name (Colab says "Unrecognized
 # runtime" and JupyterLab asks for a kernel), and Jupyter started from .venv (make lab) or from
 # an activated environment runs its own Python under this name.
-KERNELSPEC = {
-    "display_name": "Python 3 (ipykernel)",
-    "language": "python",
-    "name": "python3",
-}
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 
 # A slide is 960x700 px with 19-20 px text (nbconvert's reveal template): about 24 lines fit.
 SLIDE_LINES = 24
@@ -53,10 +49,8 @@ _COMMENT = re.compile(r"<!--.*?-->", re.S)
 
 def heading_level(cell: dict) -> int:
     """Level of the Markdown heading a cell starts with (1 for `#`), 0 if none."""
-    if cell.get("cell_type") != "markdown":
-        return 0
-    text = hosted.source_text(cell).lstrip("\n")
-    match = _HEADING.match(text.lstrip(" ")) if text else None
+    text = hosted.source_text(cell).lstrip("\n ") if cell.get("cell_type") == "markdown" else ""
+    match = _HEADING.match(text)
     return len(match.group(1)) if match else 0
 
 
@@ -108,7 +102,8 @@ def prose_words(cell: dict) -> int:
 
 def draws(cell: dict) -> bool:
     """True if a code cell draws a plot (matplotlib or a d2l_extras/d2l plotting helper)."""
-    return cell.get("cell_type") == "code" and bool(_FIGURE_IN_CODE.search(hosted.source_text(cell)))
+    return cell.get("cell_type") == "code" and bool(
+        _FIGURE_IN_CODE.search(hosted.source_text(cell)))
 
 
 def slide_types(cells: list[dict]) -> list[str]:
@@ -136,8 +131,8 @@ def slide_types(cells: list[dict]) -> list[str]:
 
 
 def apply(nb: dict, path: str | None = None) -> dict:
-    """Set the kernel and every cell's slide type in a notebook dict (in place); return it.
-    With `path` (notebooks/01-x.ipynb), also what it needs on a hosted platform (tools/hosted.py)."""
+    """Set the kernel and every cell's slide type in a notebook dict (in place); return it; with
+    `path` (notebooks/01-x.ipynb), also what it needs on a hosted platform (tools/hosted.py)."""
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
         raise ValueError("not a notebook: expected a JSON object with a 'cells' list")
     if path is not None:

@@ -26,20 +26,16 @@ RECORDS_DIR = "records"  # notebooks/records/NN-name.py: each notebook's dx.reco
 EXECUTED = "notebooks"  # OUT/notebooks/: the executed copies, which the slides and HTML build from
 
 
-# ---------------------------------------------------------------- running one notebook
-
 def _current_python_kernel_manager():
     """A kernel manager class whose kernel is this interpreter, whatever kernels are installed."""
-    import ipykernel.kernelspec
+    from ipykernel.kernelspec import RESOURCES, get_kernel_dict  # names sys.executable
     from jupyter_client.kernelspec import KernelSpecManager
     from jupyter_client.manager import AsyncKernelManager
     from traitlets import default
 
     class ThisPythonSpecs(KernelSpecManager):
         def get_kernel_spec(self, kernel_name):
-            # get_kernel_dict() names sys.executable, so the notebook runs where make report runs
-            return self.kernel_spec_class(resource_dir=ipykernel.kernelspec.RESOURCES,
-                                          **ipykernel.kernelspec.get_kernel_dict())
+            return self.kernel_spec_class(resource_dir=RESOURCES, **get_kernel_dict())
 
     class ThisPythonKernelManager(AsyncKernelManager):
         @default("kernel_spec_manager")
@@ -89,8 +85,9 @@ def records_source(notebook: Path) -> str | None:
 
 def _describe(err: Exception, nb) -> str:
     # CellExecutionError carries ename/evalue; the cell is the last one with an error output.
+    last = str(err).strip().splitlines()[-1:] or [""]
     what = (f"{err.ename}: {err.evalue}" if getattr(err, "ename", None)
-            else f"{type(err).__name__}: {str(err).strip().splitlines()[-1] if str(err).strip() else ''}")
+            else f"{type(err).__name__}: {last[0]}")
     for index, cell in enumerate(nb.cells):
         if any(o.get("output_type") == "error" for o in cell.get("outputs", [])):
             return f"cell {index}: {what}"
@@ -104,8 +101,6 @@ def notebook_alarms(path: Path) -> list[tuple[int, str, str]]:
     return [(i, name, line) for i, cell in enumerate(nb.get("cells", []))
             for name, line in alarm_lines(cell.get("outputs", []))]
 
-
-# ---------------------------------------------------------------- the summary
 
 def summarize(runs: list[dict], records: list[dict], hardware: dict | None,
               hardware_error: str | None = None, profile: str = "") -> dict:
@@ -184,12 +179,9 @@ def render_figures(nb: dict) -> list[str]:
 
 def write_summary(out: Path, summary: dict) -> None:
     """Write summary.json and summary.md into `out`."""
-    out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     (out / "summary.md").write_text(render_markdown(summary), encoding="utf-8")
 
-
-# ---------------------------------------------------------------- the whole run
 
 def _hardware() -> tuple[dict | None, str | None]:
     import d2l_extras as dx
@@ -216,8 +208,7 @@ def report(paths: list[Path], out: Path, cell_timeout: float = 900,
     hw, hw_error = hardware()
     runs = []
     for path in paths:
-        name = path.stem
-        target = out / EXECUTED / path.name
+        name, target = path.stem, out / EXECUTED / path.name
         env = {**os.environ, ENV_VAR: str(out), "D2L_REPORT_NOTEBOOK": name}
         print(f"report: running {path.name} ...", flush=True)
         start = time.perf_counter()

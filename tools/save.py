@@ -57,12 +57,9 @@ def _parse(source: str) -> ast.Module:
 
 
 def _imports(cells: list[dict]) -> list[ast.stmt]:
-    found = []
-    for cell in cells:
-        if cell["cell_type"] == "code":
-            found += [n for n in _parse(_source(cell)).body
-                      if isinstance(n, (ast.Import, ast.ImportFrom))]
-    return found
+    return [node for cell in cells if cell["cell_type"] == "code"
+            for node in _parse(_source(cell)).body
+            if isinstance(node, (ast.Import, ast.ImportFrom))]
 
 
 def public_names(code: str) -> list[str]:
@@ -91,23 +88,15 @@ def render(notebooks: list[Path]) -> dict[Path, str]:
         code = "\n\n\n".join(c for _, c in blocks)
         paths = list(dict.fromkeys(p for p, _ in blocks))
         used = {n.id for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Name)}
-        imports, seen = [], set()
-        for path in paths:
-            for node in imports_of[path]:
-                for alias in node.names:  # one statement per name the code uses
-                    if (alias.asname or alias.name).split(".")[0] not in used:
-                        continue
-                    one = ast.ImportFrom(node.module, [alias], node.level) \
-                        if isinstance(node, ast.ImportFrom) else ast.Import([alias])
-                    if (text := ast.unparse(one)) not in seen:
-                        seen.add(text)
-                        imports.append(text)
+        imports = list(dict.fromkeys(  # one statement per name the code uses, once
+            ast.unparse(ast.ImportFrom(node.module, [alias], node.level)
+                        if isinstance(node, ast.ImportFrom) else ast.Import([alias]))
+            for path in paths for node in imports_of[path] for alias in node.names
+            if (alias.asname or alias.name).split(".")[0] in used))
         sources = textwrap.fill(", ".join(f"notebooks/{p.name}" for p in paths), 99,
                                 initial_indent=" " * 27)[27:]
         names = public_names(code)
-        for name in names:
-            if name == "main":  # each torchrun job has one: python -m d2l_extras.<module>
-                continue
+        for name in (n for n in names if n != "main"):  # each torchrun job has a main
             if name in index:
                 raise SystemExit(f"#@save: {name} is saved into both {index[name]} and {module}; "
                                  "rename one")
