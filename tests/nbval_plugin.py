@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.alarms import alarm_lines, explain
+from tools.alarms import ALARM_PATTERNS, alarm_lines
 from tools.report import records_source
 
 # ipykernel forwards what C++ code writes to file descriptors 1 and 2 (the profiler's "USDT:" and
@@ -29,6 +29,12 @@ from tools.report import records_source
 # PYTEST_CURRENT_TEST in its environment (ipykernel/iostream.py). nbval starts its kernel from
 # inside a test, so the kernel inherits that variable; we start it without.
 HIDDEN_FROM_KERNEL = ("PYTEST_CURRENT_TEST",)
+
+
+def explain(found: list[tuple[str, str]]) -> str:
+    """Return a readable message: each alarm line with why it appears and what to do."""
+    why = {name: reason for name, _, reason in ALARM_PATTERNS}
+    return "\n".join(f"  {line}\n    ({name}: {why[name]})" for name, line in found)
 
 
 def kernel_env(environ: dict | None = None) -> dict:

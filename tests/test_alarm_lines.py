@@ -8,8 +8,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tools.alarms import ALARM_PATTERNS, alarm_lines, explain
-from nbval_plugin import kernel_env, worker_scope
+from nbval_plugin import explain, kernel_env, worker_scope
+from tools.alarms import ALARM_PATTERNS, alarm_lines
 
 ROOT = Path(__file__).parents[1]
 

@@ -61,9 +61,3 @@ def alarm_lines(outputs: Iterable[Mapping]) -> list[tuple[str, str]]:
                     found.append((name, line.strip()))
                     break  # one name per line: the first (most specific) pattern wins
     return found
-
-
-def explain(found: list[tuple[str, str]]) -> str:
-    """Return a readable message: each alarm line with why it appears and what to do."""
-    why = {name: reason for name, _, reason in ALARM_PATTERNS}
-    return "\n".join(f"  {line}\n    ({name}: {why[name]})" for name, line in found)

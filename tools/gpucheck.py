@@ -111,11 +111,10 @@ def render(summary: dict) -> tuple[str, str]:
         counts = ", ".join(f"{n} {k}" for k, n in t["counts"].items()) or "no JUnit XML"
         lines += ["", f"## `{command}`: {counts}", ""] + [f"- FAILED {n}" for n in t["failed"]]
         lines += [f"- probe {p}" for p in t["probes"]]
-    md = render_markdown(summary).replace("in `notebooks/` beside", "in notebooks.tar.gz beside")
-    head, hardware, rest = md.partition("\n## Hardware")
-    return "\n".join(lines), (head.replace("# Measured", "# make gpu-check" + " (dry run: CUDA "
-                              "hidden)" * summary["dry"] + ": measured") + "\n".join(lines)
-                              + "\n" + hardware + rest)
+    title = "# make gpu-check" + " (dry run: CUDA hidden)" * summary["dry"]
+    md = render_markdown(summary).replace("# Measured", "## Measured")
+    return "\n".join(lines), "\n".join([title, *lines, "", md.replace(
+        "in `notebooks/` beside", "in notebooks.tar.gz beside")])
 
 
 def pack(out: Path, work: Path) -> None:

@@ -183,26 +183,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true",
                         help="change nothing; exit 1 if a notebook's metadata is out of date")
     args = parser.parse_args(argv)
-    stale = []
-    for path in args.notebooks:
-        text = path.read_text(encoding="utf-8")
-        new = rewrite(text, repo_path(path))
-        if new == text:
-            continue
-        stale.append(path)
-        if not args.check:
-            # newline="" keeps the file's line endings exactly as json.dumps wrote them.
-            path.write_text(new, encoding="utf-8", newline="")
-    # The README's launch badges come from the same address: keep them in step.
+    changes = [(p, rewrite(p.read_text(encoding="utf-8"), repo_path(p))) for p in args.notebooks]
     readme = hosted.ROOT / "README.md"
     if any(repo_path(p) for p in args.notebooks) and readme.is_file():
-        text = readme.read_text(encoding="utf-8")
-        new = hosted.update_readme(text, sorted((hosted.ROOT / "notebooks").glob("*.ipynb")))
-        new = gpusupport.update_readme(new)  # and the GPU-support table, from the code's rules
-        if new != text:
-            stale.append(readme)
-            if not args.check:
-                readme.write_text(new, encoding="utf-8", newline="")
+        # The README's launch badges and GPU-support table, from the same sources.
+        text = hosted.update_readme(readme.read_text(encoding="utf-8"),
+                                    sorted((hosted.ROOT / "notebooks").glob("*.ipynb")))
+        changes.append((readme, gpusupport.update_readme(text)))
+    stale = [(p, new) for p, new in changes if new != p.read_text(encoding="utf-8")]
+    for path, new in stale if not args.check else []:
+        path.write_text(new, encoding="utf-8", newline="")  # the line ends json.dumps wrote
+    stale = [p for p, _ in stale]
     verb = "out of date" if args.check else "updated"
     for path in stale:
         print(f"{verb}: {path}")

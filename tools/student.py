@@ -30,11 +30,8 @@ def strip_source(text: str, code: bool) -> str:
             if inside:
                 raise ValueError(f"line {number}: BEGIN SOLUTION inside a solution region")
             inside, begun = True, number
-            indent = line[:len(line) - len(line.lstrip())]
-            stub = CODE_STUB if code else TEXT_STUB
-            if code and indent:  # an indented block needs a statement
-                stub = "...  " + CODE_STUB
-            out.append(indent + stub + "\n")
+            indent = line[:len(line) - len(line.lstrip())]  # an indented block needs a statement
+            out.append(indent + ("...  " * bool(indent) + CODE_STUB if code else TEXT_STUB) + "\n")
         elif nbmeta.END.match(line):
             if not inside:
                 raise ValueError(f"line {number}: END SOLUTION without a BEGIN SOLUTION")
