@@ -131,12 +131,10 @@ def _cell(text) -> str:
 
 def render_hardware(hardware: dict | None, error: str | None = None) -> list[str]:
     """Markdown lines for a dx.hardware_report(verbose=False) dictionary."""
-    lines = [f"**Hardware check failed:** {_cell(error)}", ""] if error else []
-    if not hardware:
-        return lines + ["(no hardware report)"]
     from d2l_extras.hardware import hardware_rows
-    return lines + ["| | |", "| --- | --- |"] + [f"| {k} | {_cell(v)} |"
-                                                 for k, v in hardware_rows(hardware)]
+    lines = [f"**Hardware check failed:** {_cell(error)}", ""] if error else []
+    rows = [f"| {k} | {_cell(v)} |" for k, v in hardware_rows(hardware)] if hardware else []
+    return lines + (["| | |", "| --- | --- |", *rows] if rows else ["(no hardware report)"])
 
 
 def render_markdown(summary: dict) -> str:
@@ -144,20 +142,17 @@ def render_markdown(summary: dict) -> str:
     out = [f"# Measured figures, profile `{summary['profile']}`", "",
            f"Generated {summary['generated']} by `{summary['python']}`. Every figure below was "
            "measured in this run; executed notebooks are in `notebooks/` beside this file.", "",
-           "## Hardware", ""]
-    out += render_hardware(summary["hardware"], summary.get("hardware_error"))
-    out += ["", "## Notebooks", "", "| notebook | result | run time | figures | alarm lines |",
-            "| --- | --- | --- | --- | --- |"]
-    for nb in summary["notebooks"]:
-        out.append(f"| {nb['notebook']} | {'FAILED' if nb.get('error') else 'ok'} | "
-                   f"{nb['seconds']:.1f} s | "
-                   f"{len(nb['records'])} | {len(nb.get('alarms', []))} |")
+           "## Hardware", "", *render_hardware(summary["hardware"], summary.get("hardware_error")),
+           "", "## Notebooks", "", "| notebook | result | run time | figures | alarm lines |",
+           "| --- | --- | --- | --- | --- |"]
+    out += [f"| {nb['notebook']} | {'FAILED' if nb.get('error') else 'ok'} | {nb['seconds']:.1f} s"
+            f" | {len(nb['records'])} | {len(nb.get('alarms', []))} |"
+            for nb in summary["notebooks"]]
     out.append(f"\nTotal: {summary['total_seconds']:.1f} s. "
                + (f"Failed: {', '.join(summary['failed'])}." if summary["failed"]
                   else "No notebook failed."))
     groups = [(nb["notebook"], nb) for nb in summary["notebooks"]]
-    groups += [(name, {"records": rows}) for name, rows in summary["other_records"].items()]
-    for name, nb in groups:
+    for name, nb in groups + [(n, {"records": r}) for n, r in summary["other_records"].items()]:
         out += ["", f"## {name or '(no notebook named)'}", ""]
         if nb.get("error"):
             out += [f"**Failed** after {nb['seconds']:.1f} s: {_cell(nb['error'])}", ""]
@@ -169,7 +164,7 @@ def render_figures(nb: dict) -> list[str]:
     """Markdown lines for one notebook's alarm lines, then a table of its recorded figures."""
     out = [f"- alarm line in cell {cell} ({pattern}): `{_cell(line)}`"
            for cell, pattern, line in nb.get("alarms", [])]
-    out += [""] if out else []
+    out += [""] * bool(out)
     if not nb["records"]:
         return out + ["(no figures recorded)"]
     return out + ["| figure | value | unit | note |", "| --- | --- | --- | --- |"] + [
