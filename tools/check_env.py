@@ -73,10 +73,8 @@ def problems(target: str, find=importlib.util.find_spec,
 def advice(missing: list[str], python: str = sys.executable) -> str:
     """Return the pip commands that install the missing distributions with the project's pins."""
     pinned = pins()
-    lines = []
     normal = [pinned.get(d, d) for d in missing if d != "d2l"]
-    if normal:
-        lines.append(f"  {python} -m pip install " + " ".join(normal))
+    lines = [f"  {python} -m pip install " + " ".join(normal)] if normal else []
     if "d2l" in missing:  # d2l's own pins (numpy 1.23.5) cannot install on Python 3.12+
         lines.append(f"  {python} -m pip install --no-deps {pinned.get('d2l', 'd2l')}")
     return "\n".join(lines)
@@ -92,13 +90,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"USE_CURRENT_ENV=1: `make {target}` uses {where} as it is; nothing is installed, "
               f"d2l_extras comes from {ROOT} (PYTHONPATH).")
         return 0
-    message = [f"USE_CURRENT_ENV=1: {where} cannot run `make {target}`:"]
-    message += [f"  - {p}" for p in other]
+    message = [f"USE_CURRENT_ENV=1: {where} cannot run `make {target}`:",
+               *(f"  - {p}" for p in other)]
     if missing:
-        message.append("  - missing: " + ", ".join(missing))
-        message.append("Install them into that environment (offline: carry the wheels and add "
-                       "--no-index --find-links DIR):")
-        message.append(advice(missing))
+        message += ["  - missing: " + ", ".join(missing), "Install them into that environment "
+                    "(offline: carry the wheels and add --no-index --find-links DIR):",
+                    advice(missing)]
     message.append("Or leave out USE_CURRENT_ENV=1: make then builds .venv from requirements.txt.")
     print("\n".join(message), file=sys.stderr)
     return 1

@@ -64,18 +64,14 @@ def student_version(nb: dict) -> dict:
 def write(paths: list[Path], out: Path) -> list[Path]:
     """Write the student version of each notebook into `out`; return the files written."""
     out.mkdir(parents=True, exist_ok=True)
-    written = []
     for path in paths:
-        nb = json.loads(path.read_text(encoding="utf-8"))
         try:
-            student = student_version(nb)
+            student = student_version(json.loads(path.read_text(encoding="utf-8")))
         except ValueError as err:
             raise ValueError(f"{path.name}: {err}") from None
-        target = out / path.name
-        target.write_text(json.dumps(student, indent=1, ensure_ascii=False, sort_keys=True)
-                          + "\n", encoding="utf-8")
-        written.append(target)
-    return written
+        (out / path.name).write_text(json.dumps(student, indent=1, ensure_ascii=False,
+                                                sort_keys=True) + "\n", encoding="utf-8")
+    return [out / path.name for path in paths]
 
 
 def main(argv: list[str] | None = None) -> int:
