@@ -19,34 +19,12 @@ from tools.browser import chromium_page, wait_for
 
 MAX_SLIDES = 35  # one lecture part
 
-# Run in the page for the current slide; returns what does not fit, in slide pixels.
-MEASURE = """(() => {
-  const s = Reveal.getCurrentSlide(), out = [];
-  if (s.scrollHeight > s.clientHeight + 2)
-    out.push(`content ${s.scrollHeight} px tall in a ${s.clientHeight} px slide`);
-  for (const pre of s.querySelectorAll('pre')) {
-    if (pre.scrollWidth > pre.clientWidth + 2) {
-      const line = pre.innerText.split('\\n').reduce((a, b) => b.length > a.length ? b : a, '');
-      out.push(`a line cut at the right edge: "${line.trim().slice(0, 60)}"`);
-    }
-  }
-  for (const img of s.querySelectorAll('img')) {
-    if (img.naturalWidth && img.clientWidth < 0.9 * img.naturalWidth)
-      out.push(`picture shrunk to ${Math.round(100 * img.clientWidth / img.naturalWidth)} %`);
-  }
-  // Headings on the slide itself, not inside its speaker notes.
-  const heads = [...s.querySelectorAll('h1,h2,h3')].filter(h => !h.closest('aside'));
-  const title = heads.length ? heads[0].innerText.replace(/\u00b6$/, '').trim() : '';
-  const notes = (Reveal.getSlideNotes(s) || '').replace(/<[^>]*>/g, '').trim();
-  if (title && !title.startsWith('Sources') && !notes)
-    out.push('no speaker notes (metadata "notes" of its first cell)');
-  return JSON.stringify({title: title.slice(0, 50), problems: out});
-})()"""
+# Run in the page on the current slide: what does not fit, in slide pixels.
+MEASURE = (Path(__file__).parent / "site" / "measure_slide.js").read_text(encoding="utf-8")
 
 
 def check_deck(browser, deck: Path) -> list[str]:
-    """Visit every slide of one deck (a page of tools.browser); one line per slide that does
-    not fit."""
+    """Visit every slide of one deck (in a tools.browser page); a line per slide that misfits."""
     browser.goto(deck.resolve().as_uri())
     if not wait_for(browser, "window.Reveal && Reveal.isReady()", 30):
         return [f"{deck.name}: reveal.js did not start ({browser.errors[:2]})"]
@@ -78,7 +56,6 @@ def check(decks: list[Path], width: int = 1280, height: int = 720) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command line: see the module docstring."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("paths", nargs="+", type=Path, help="decks, or folders holding them")
     parser.add_argument("--width", type=int, default=1280)

@@ -44,12 +44,6 @@ def _compile(capability: tuple[int, int], platform: str = "linux",
     return "yes" if works else f"no: {reason.split(', this GPU')[0]}"
 
 
-def _pinned(capability: tuple[int, int]) -> str:
-    if cuda_arch_supported(capability, PINNED_ARCHS):
-        return "yes"
-    return "no: the notebooks run on the CPU"
-
-
 def table() -> str:
     """The Markdown tables: what runs on each GPU generation, then on each platform."""
     rows = [f"| GPU | compute capability | where | torch {PINNED_TORCH} uses it "
@@ -57,7 +51,9 @@ def table() -> str:
             "| --- | --- | --- | --- | --- | --- | --- |"]
     for names, cap, where in GPUS:
         dtypes = ", ".join(tensor_core_dtypes(cap)) or "none (float32 on CUDA cores)"
-        rows.append(f"| {names} | {cap[0]}.{cap[1]} | {where} | {_pinned(cap)} | {dtypes} "
+        pinned = ("yes" if cuda_arch_supported(cap, PINNED_ARCHS)
+                  else "no: the notebooks run on the CPU")
+        rows.append(f"| {names} | {cap[0]}.{cap[1]} | {where} | {pinned} | {dtypes} "
                     f"| {_compile(cap)} | {_compile(cap, dtype=torch.bfloat16)} |")
     rows += ["", "| platform | several processes | torch.compile on a GPU (from 7.0) |",
              "| --- | --- | --- |"]

@@ -30,12 +30,10 @@ PLATFORMS = [
 ]
 
 # Ask for a GPU where the platform reads it from the notebook: Colab's T4, Kaggle's two T4s.
-PLATFORM_METADATA = {
-    "accelerator": "GPU",
-    "colab": {"gpuType": "T4", "provenance": []},
-    "kaggle": {"accelerator": "nvidiaTeslaT4", "isGpuEnabled": True, "isInternetEnabled": True,
-               "language": "python", "sourceType": "notebook"},
-}
+PLATFORM_METADATA = {"accelerator": "GPU", "colab": {"gpuType": "T4", "provenance": []},
+                     "kaggle": {"accelerator": "nvidiaTeslaT4", "isGpuEnabled": True,
+                                "isInternetEnabled": True, "language": "python",
+                                "sourceType": "notebook"}}
 
 # The set-up cell. Where d2l_extras does not import (a notebook alone on Colab, Kaggle or Studio
 # Lab) it installs the project with --no-deps, so pip cannot replace the platform's torch; then
@@ -154,12 +152,10 @@ def title_of(nb: dict) -> str:
 
 def readme_table(notebooks: list[Path], info: dict | None = None) -> str:
     """The README's table of launch badges, one row per notebook (from its first heading)."""
-    info = info or project()
-    rows = ["| notebook | open it with a free GPU |", "| --- | --- |"]
-    for path in notebooks:
-        title = title_of(json.loads(path.read_text(encoding="utf-8"))) or path.stem
-        rel = path.resolve().relative_to(ROOT).as_posix()
-        rows.append(f"| {path.stem[:2]} {title} | {badges(rel, info)} |")
+    rows = ["| notebook | open it with a free GPU |", "| --- | --- |"] + [
+        f"| {path.stem[:2]} {title_of(json.loads(path.read_text(encoding='utf-8'))) or path.stem}"
+        f" | {badges(path.resolve().relative_to(ROOT).as_posix(), info or project())} |"
+        for path in notebooks]
     return "\n".join(rows)
 
 

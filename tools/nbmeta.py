@@ -180,8 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     """Command line: set (or with --check, only verify) the metadata of the given notebooks."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("notebooks", nargs="+", type=Path)
-    parser.add_argument("--check", action="store_true",
-                        help="change nothing; exit 1 if a notebook's metadata is out of date")
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if stale")
     args = parser.parse_args(argv)
     changes = [(p, rewrite(p.read_text(encoding="utf-8"), repo_path(p))) for p in args.notebooks]
     readme = hosted.ROOT / "README.md"

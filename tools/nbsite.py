@@ -132,10 +132,9 @@ def build(kind: str, notebooks: list[Path], out: Path, source_dir: Path,
                 hosted.embed_figures(cell, source_dir.parent / "images")
         hardware, executed = hardware_of(nb), was_executed(nb)
         # A page shows the whole notebook; a deck is cut per lecture part, with its notes.
-        parts = [(hosted.title_of(nb), nb.cells)]
         if kind == "slides":
             with_notes(nb)
-            parts = lecture_parts(nb)
+        parts = lecture_parts(nb) if kind == "slides" else [(hosted.title_of(nb), nb.cells)]
         for number, (title, cells) in enumerate(parts, 1):
             part = nbformat.from_dict({**nb, "cells": cells})
             body, _ = exporter.from_notebook_node(part, resources={
@@ -190,14 +189,11 @@ def write_index(out: Path, kind: str, rows: list[dict], summary: Path | None) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command line: see the module docstring."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("kind", choices=["slides", "html"])
-    parser.add_argument("--notebooks", type=Path, default=ROOT / "build" / "report" / "notebooks",
-                        help="executed notebooks")
+    parser.add_argument("--notebooks", type=Path, default=ROOT / "build/report/notebooks")
     parser.add_argument("--out", type=Path, help="default: build/KIND")
-    parser.add_argument("--source", type=Path, default=ROOT / "notebooks",
-                        help="the stored notebooks, for their Markdown images")
+    parser.add_argument("--source", type=Path, default=ROOT / "notebooks", help="stored ones")
     parser.add_argument("--summary", type=Path, help="make report's summary.json")
     args = parser.parse_args(argv)
     out = args.out or ROOT / "build" / args.kind

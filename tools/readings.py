@@ -18,6 +18,7 @@ from pathlib import Path
 
 from tools.alarms import output_texts
 from tools.report import EXECUTED
+
 BUDGET_S = {"class": (60.0, 90.0)}  # seconds: a notebook, the capstone (class profile)
 
 UNIT = (r"ns|us|µs|ms|s|min|h|B|KiB|MiB|GiB|TiB|KB|MB|GB|TB|[KMGT]?B/s|[KMGT]?FLOP/s|"
@@ -54,9 +55,8 @@ def changes(runs: list[dict[int, list[str]]]) -> dict[int, list[list[str]]]:
     out = {}
     for cell in sorted(set().union(*runs)):
         variants: dict[tuple, list[str]] = {}
-        for run in runs:
-            lines = run.get(cell, [])
-            variants.setdefault(tuple(mask(x) for x in lines), lines)
+        for lines in (run.get(cell, []) for run in runs):
+            variants.setdefault(tuple(map(mask, lines)), lines)
         if len(variants) > 1:
             out[cell] = list(variants.values())
     return out
@@ -101,8 +101,7 @@ def budget_lines(seconds: dict[str, list[float]], profile: str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("folders", nargs="+", type=Path,
-                        help="make report's outputs (or folders of executed notebooks)")
+    parser.add_argument("folders", nargs="+", type=Path, help="make report outputs, or notebooks")
     folders = parser.parse_args(argv).folders
     if len(folders) < 2:
         parser.error("give two or more folders to compare")

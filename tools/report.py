@@ -236,8 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("notebooks", nargs="*", type=Path, help="default: notebooks/*.ipynb")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--cell-timeout", type=float, default=900, help="seconds a cell may run")
-    parser.add_argument("--deadline", type=float, help="a time.time(): interrupt the notebook "
-                        "running then and start no other")
+    parser.add_argument("--deadline", type=float, help="a time.time(): stop the notebooks then")
     parser.add_argument("--runs", type=int, default=1, help="more than one: OUT/run-N each, "
                         "then the readings whose words changed (tools/readings.py)")
     args = parser.parse_args(argv)

@@ -75,13 +75,10 @@ def write(paths: list[Path], out: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command line: see the module docstring."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("notebooks", nargs="*", type=Path,
-                        help="notebooks (default: every notebook in notebooks/)")
+    parser.add_argument("notebooks", nargs="*", type=Path, help="default: notebooks/*.ipynb")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    parser.add_argument("--run", action="store_true",
-                        help="execute the student versions; exit 1 if one fails")
+    parser.add_argument("--run", action="store_true", help="execute them; exit 1 if one fails")
     args = parser.parse_args(argv)
     paths = args.notebooks or sorted((ROOT / "notebooks").glob("*.ipynb"))
     try:
