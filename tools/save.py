@@ -6,7 +6,7 @@
 `#@save` as a code cell's first line saves the cell; `def f(...):  #@save` saves one definition.
 `#@save ring` saves into d2l_extras/ring.py, a bare `#@save` into d2l_extras/lessons.py, in the
 notebooks' order, with the notebook imports the code uses; a module defining `main` runs it under
-`python -m`. d2l_extras/_saved.py maps each public name to its module (`dx.NAME`).
+`python -m`. d2l_extras/_saved.py maps each public name to its module (as `dx.<name>`).
 """
 from __future__ import annotations
 
