@@ -50,7 +50,8 @@ def sessions(environ: dict) -> dict[str, tuple[list[str], dict]]:
 
 PYTHON = find_python(os.environ.get("COMPAT_PYTHON", "python3.12"))
 for name, (requirements, env) in sessions(os.environ).items():
-    @nox.session(name=name, python=PYTHON, venv_backend="uv")
+    # --seed: pip, as real environments have (torch 2.6's collect_env fails without it)
+    @nox.session(name=name, python=PYTHON, venv_backend="uv", venv_params=["--seed"])
     def run(session: nox.Session, requirements=requirements, env=env) -> None:
         """Its requirements, then `make test USE_CURRENT_ENV=1` (TESTS: None, make's default)."""
         session.install(*requirements)

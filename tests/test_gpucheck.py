@@ -224,4 +224,6 @@ def test_the_dry_run_of_one_notebook_writes_its_files(tmp_path):
     assert any("test_training_trace: one TinyGPT step" in p
                for p in summary["tests"]["pytest -m gpu tests"]["probes"])
     assert "dry run" in (out / "summary.md").read_text()
-    assert "Is CUDA available: False" in (out / "env.txt").read_text()  # torch's collect_env
+    env_txt = (out / "env.txt").read_text()
+    assert f"torch {torch.__version__}" in env_txt  # the version line, whatever collect_env does
+    assert "Is CUDA available: False" in env_txt  # torch's collect_env

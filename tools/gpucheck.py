@@ -159,9 +159,10 @@ def check(out: Path, deadline: float, dry: bool, profile: str, unit: list[str],
                 for lane, paths in lanes.items()}
     commands["checks"] = [[*c, f"--junitxml={logs}/pytest-{i}.xml"]
                           for i, c in enumerate(tests.values())]
-    commands["env"] = [[sys.executable, "-W", "ignore::RuntimeWarning", "-m",  # runpy's, harmless
+    commands["env"] = [[sys.executable, "-c", "import torch; print('torch', torch.__version__)"],
+                       [sys.executable, "-W", "ignore::RuntimeWarning", "-m",  # runpy's, harmless
                         "torch.utils.collect_env"]] + [["nvidia-smi", "-q"]] * bool(
-                            shutil.which("nvidia-smi"))
+                            shutil.which("nvidia-smi"))  # torch 2.6's collect_env needs pip
     print(f"gpu-check: {gpus} GPU(s){', CUDA hidden (dry run)' * dry}, profile {profile}, lanes "
           f"{', '.join(commands)}; deadline {deadline:.0f} s", flush=True)
     stopped = run_lanes(commands, logs, env, start + deadline + GRACE)
