@@ -34,9 +34,9 @@ OUT_FILES = ("summary.md", "summary.json", "notebooks.tar.gz", "logs.tar.gz", "t
 
 def plan(notebooks: list[Path]) -> dict[str, list[Path]]:
     """Split the notebooks into LANES by their number; one not named there joins the last lane."""
-    named = {p for prefixes in LANES.values() for p in prefixes}
+    named, last = {p for prefixes in LANES.values() for p in prefixes}, list(LANES)[-1]
     lanes = {lane: [nb for nb in notebooks if nb.name[:2] in prefixes
-                    or (lane == "00-05" and nb.name[:2] not in named)]
+                    or (lane == last and nb.name[:2] not in named)]
              for lane, prefixes in LANES.items()}
     return {lane: paths for lane, paths in lanes.items() if paths}
 
@@ -159,10 +159,11 @@ def check(out: Path, deadline: float, dry: bool, profile: str, unit: list[str],
                 for lane, paths in lanes.items()}
     commands["checks"] = [[*c, f"--junitxml={logs}/pytest-{i}.xml"]
                           for i, c in enumerate(tests.values())]
+    # The version line first: torch 2.6's collect_env fails where pip is missing.
     commands["env"] = [[sys.executable, "-c", "import torch; print('torch', torch.__version__)"],
                        [sys.executable, "-W", "ignore::RuntimeWarning", "-m",  # runpy's, harmless
                         "torch.utils.collect_env"]] + [["nvidia-smi", "-q"]] * bool(
-                            shutil.which("nvidia-smi"))  # torch 2.6's collect_env needs pip
+                            shutil.which("nvidia-smi"))
     print(f"gpu-check: {gpus} GPU(s){', CUDA hidden (dry run)' * dry}, profile {profile}, lanes "
           f"{', '.join(commands)}; deadline {deadline:.0f} s", flush=True)
     stopped = run_lanes(commands, logs, env, start + deadline + GRACE)
