@@ -362,7 +362,7 @@ def lone_run_problems(executed: Path, reference: Path, installs: int = 1) -> lis
         if any(o.get("output_type") == "error" for o in cell.get("outputs", [])):
             problems.append(f"cell {i} failed: {text.strip().splitlines()[-1][:300]}")
         if cell["cell_type"] == "markdown":
-            for link in re.findall(r"!\[[^\]]*\]\(([^)\s]+)", "".join(cell["source"])):
+            for link in re.findall(r"!\[[^\]]*\]\(([^)\s]+)", hosted.source_text(cell)):
                 if not link.startswith(("data:image/", "https://")):
                     problems.append(f"cell {i} shows {link}, which a lone notebook lacks")
     for i in sorted(picture_cells(reference) - picture_cells(executed)):
