@@ -2,7 +2,7 @@
 
 A teaching cell is a code cell a slide shows: not the set-up, not a worked solution, not an
 exercise check. Teaching cells hold at most 15 lines each, most of them 8 or fewer; the
-notebooks hold at most 1,800 such lines in all. Cells tagged `no-slide` are set-up (imports,
+notebooks hold at most 1,950 such lines in all. Cells tagged `no-slide` are set-up (imports,
 notices): they define nothing, so no lesson code hides from the slides there. The notebooks call
 at most 40 hand-written `dx` names, the ones in VOCABULARY, besides what the notebooks save
 (`#@save`, tools/save.py), and define no function or class that a `dx` name already means (06's
@@ -27,10 +27,12 @@ import d2l_extras as dx  # noqa: E402
 from d2l_extras import _saved  # noqa: E402
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
-CELL_LINES, MEDIAN_LINES, TOTAL_LINES = 15, 8, 1_800
-# Each notebook's share of the 1,800 lines (the sum leaves room to grow).
-BUDGET = {"00": 112, "01": 180, "02": 160, "03": 179, "04": 200, "05": 196, "06": 190,
-          "07": 158, "08": 193, "09": 232}
+CELL_LINES, MEDIAN_LINES, TOTAL_LINES = 15, 8, 1_950
+# Each notebook's share of the lines (the sum leaves room to grow). Issue 47 added 122 for what
+# runs sharded training and reads a trace: 02 the profiler, 07 tensor parallelism, 08 FSDP2,
+# 09 MFU.
+BUDGET = {"00": 112, "01": 180, "02": 185, "03": 179, "04": 200, "05": 196, "06": 190,
+          "07": 190, "08": 240, "09": 250}
 VOCABULARY = frozenset("""
     setup hardware_report use_slide_style check by_profile problem_size
     default_device devices cuda_gpus

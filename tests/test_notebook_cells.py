@@ -105,4 +105,5 @@ def test_prose_stays_short():
     # performance model (00, about 700) and the capstone (09, about 1,800).
     # Issue 33 added a quiz to each notebook. Issue 45 moved the readings out of the code
     # (verdict strings, 1,000 lines cut) into prose that says what to expect and why: 19,000.
-    assert sum(total.values()) <= 19_000, f"{sum(total.values())} words of prose: {total}"
+    # Issue 47 ran FSDP2 and tensor parallelism, MFU and a profiler trace: 20,000.
+    assert sum(total.values()) <= 20_000, f"{sum(total.values())} words of prose: {total}"
