@@ -1,4 +1,4 @@
-"""What notebook 07's DDP job (d2l_extras.ddp_job, saved from the notebook) uses around its loop.
+"""What notebook 07's jobs (d2l_extras.ddp_job, .tensor_parallel; saved from it) use around it.
 
 Without torchrun the job trains alone. With 2 processes, and on 2 machines with 4 GPUs each
 (--node-rank=1 on the other; the port must be open):
@@ -9,6 +9,7 @@ Without torchrun the job trains alone. With 2 processes, and on 2 machines with 
 import argparse
 import contextlib
 import copy
+import os
 from dataclasses import asdict, replace
 from functools import partial
 from types import SimpleNamespace
@@ -328,4 +329,77 @@ def entry_point(train: Callable[[argparse.Namespace], dict]) -> Callable[..., No
     """The `main(argv=None)` torchrun runs: parse, train(args), rank 0 hands back the result."""
     def main(argv: list[str] | None = None) -> None:
         run_worker(partial(train, parse_args(argv)))
+    return main
+
+
+# Tensor parallelism (notebook 07's d2l_extras.tensor_parallel): the notebook's split_run on an
+# MLP and on a TinyGPT block, each checked against the unsplit block in the same process.
+TP_PROG = "python -m d2l_extras.tensor_parallel"
+
+
+def tp_options(argv: Sequence[str] | None = None, k: int = 1) -> argparse.Namespace:
+    """The tensor-parallel job's options, checked for k processes (each takes whole heads)."""
+    p = argparse.ArgumentParser(prog=TP_PROG, description="An MLP and a transformer block split "
+                                "over the processes (DTensor), checked against one process.")
+    for name, default, text in (("width", 64, "d: the MLP is d -> 4d -> d"),
+                                ("heads", 4, "attention heads of the transformer block"),
+                                ("batch", 2, None), ("tokens", 8, "tokens a sequence"),
+                                ("seed", 0, "the weights' and input's seed, the same on every rank")):
+        p.add_argument(f"--{name}", type=WHOLE if name != "seed" else int, default=default,
+                       help=text)
+    p.add_argument("--timeout", type=option(positive_number), default=60.0,
+                   help="seconds any collective may wait")
+    args = p.parse_args(argv)
+    if args.width % args.heads:
+        raise ValueError(f"--width {args.width} must be a multiple of --heads {args.heads}: "
+                         "each head takes width / heads of the features")
+    if args.heads % k:
+        raise ValueError(f"--heads {args.heads} do not split evenly over {k} processes: each "
+                         f"process takes whole heads; pick --heads a multiple of {k}")
+    return args
+
+
+def _counts(mode: object) -> dict[str, int]:
+    # CommDebugMode's {torch.ops.c10d_functional.all_reduce: 1} as {"all_reduce": 1}
+    return {str(op).rsplit(".", 1)[-1]: n for op, n in mode.get_comm_counts().items()}
+
+
+def _tp_part(split_run: Callable, block: nn.Module, plan: dict, args: argparse.Namespace,
+             k: int, device: torch.device) -> dict:
+    # One block split by plan, its output against the unsplit block's (worst rank), its counts.
+    x = torch.randn(args.batch, args.tokens, args.width, requires_grad=True)
+    tp, y, forward, backward = split_run(block, plan, x, k, device)
+    with torch.no_grad():
+        y, one = y.detach().cpu(), block(x)
+    diff = torch.tensor((y - one).abs().max().item(), device=device)
+    dist.all_reduce(diff, dist.ReduceOp.MAX)  # every rank's output must be the whole y
+    local = {name: p.to_local() if hasattr(p, "to_local") else p
+             for name, p in tp.named_parameters()}
+    return {"max_diff": diff.item(), "forward": _counts(forward), "backward": _counts(backward),
+            "shards": {name: list(p.shape) for name, p in local.items()
+                       if p.shape != dict(block.named_parameters())[name].shape},
+            "params": sum(p.numel() for p in block.parameters()),
+            "local_params": sum(p.numel() for p in local.values()), "x": x.tolist(),
+            "y": y.tolist()}
+
+
+def tp_entry(split_run: Callable, mlp_block: Callable[[int], nn.Module], mlp_plan: dict,
+             block_plan: dict) -> Callable[..., None]:
+    """The `main(argv=None)` of the tensor-parallel job: an MLP and a TinyGPT block, split."""
+    from .transformer import Block  # its attention's qkv keeps whole heads together
+
+    def work(argv: Sequence[str] | None) -> dict:
+        k = int(os.environ.get("WORLD_SIZE", 1))
+        args = tp_options(argv, k)  # a clear error before any process waits for another
+        rank, k, device = init_worker(args.timeout)
+        out = {"processes": k, "pids": distinct_processes(), "backend": dist.get_backend(),
+               "device": device.type}
+        for name, make, plan in (("mlp", lambda: mlp_block(args.width), mlp_plan),
+                                 ("block", lambda: Block(args.width, args.heads), block_plan)):
+            torch.manual_seed(args.seed)  # the same weights and input in every process
+            out[name] = _tp_part(split_run, make(), plan, args, k, device)
+        return out
+
+    def main(argv: Sequence[str] | None = None) -> None:
+        run_worker(partial(work, argv))
     return main

@@ -58,7 +58,7 @@ class CausalSelfAttention(nn.Module):
 
     def __init__(self, d_model: int, n_heads: int) -> None:
         super().__init__()
-        self.n_heads = n_heads
+        self.n_heads, self.head_dim = n_heads, d_model // n_heads
         self.qkv, self.proj = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model)
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -70,10 +70,10 @@ class CausalSelfAttention(nn.Module):
         return scores.masked_fill(~mask, float("-inf")).softmax(dim=-1) @ v
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, T, D = x.shape
-        # (B, T, 3D) -> three (B, heads, T, D / heads)
-        qkv = self.qkv(x).view(B, T, 3, self.n_heads, D // self.n_heads).permute(2, 0, 3, 1, 4)
-        return self.proj(self.attend(*qkv).transpose(1, 2).reshape(B, T, D))
+        # (B, T, 3D) -> three (B, heads, T, D / heads). qkv's outputs go head by head, as in
+        # Megatron-LM: split by columns over k processes (notebook 07), each gets whole heads.
+        qkv = self.qkv(x).unflatten(-1, (-1, 3, self.head_dim)).permute(3, 0, 2, 1, 4)
+        return self.proj(self.attend(*qkv).transpose(1, 2).flatten(2))
 
 
 class Block(nn.Module):

@@ -21,3 +21,16 @@ for s in predicted:
               f"{s} scaling, {k} processes, from t_compute and the allreduce")
     dx.record(f"ddp_{s}_speedup_measured", measured[s].value, "x",
               f"{s} scaling, {k} processes, timed steps")
+for name, part in (("mlp", tp["mlp"]), ("block", tp["block"])):  # tensor parallelism
+    what = "MLP d -> 4d -> d" if name == "mlp" else "TinyGPT block"
+    dx.record(f"tp_max_diff_{name}", part["max_diff"], "1",
+              f"{what}, {tp_k} processes against 1, largest output difference")
+    for way in ("forward", "backward"):
+        dx.record(f"tp_allreduces_{way}_{name}", part[way].get("all_reduce", 0), "1",
+                  f"{what}, {tp_k} processes, CommDebugMode, one {way}")
+    dx.record(f"tp_param_share_{name}", part["local_params"] / part["params"], "1",
+              f"{what}: parameters one of {tp_k} processes holds")
+for key, shape in tp["mlp"]["shards"].items():
+    if key.endswith("weight"):
+        dx.record(f"tp_shard_{key.replace('.', '_')}", shape[0] * shape[1], "numbers",
+                  f"MLP width 64, {tp_k} processes: local shard {shape[0]} x {shape[1]}")
