@@ -12,6 +12,7 @@ NAMES = {
     'ddp_trainer': 'capstone',
     'gather_times': 'lessons',
     'matmul_gflops': 'lessons',
+    'model_flops_per_token': 'lessons',
     'read_times': 'lessons',
     'reduce_scatter': 'parameter_servers',
     'resnet18': 'ddp_job',
