@@ -15,6 +15,7 @@ NAMES = {
     'gather_times': 'lessons',
     'matmul_gflops': 'lessons',
     'mlp_block': 'tensor_parallel',
+    'model_flops_per_token': 'lessons',
     'read_times': 'lessons',
     'reduce_scatter': 'parameter_servers',
     'resnet18': 'ddp_job',
