@@ -59,6 +59,8 @@ def _local_bytes(tensors) -> int:
 def _measure(args: argparse.Namespace, model_fn: Callable, shard_fn: Callable,
              step_fn: Callable) -> dict:
     rank, k, device = init_worker(args.timeout)
+    if k < 2:  # one process holds everything: FSDP2 then calls no collective at all
+        raise ValueError(f"FSDP2 shards over at least 2 processes, got {k}: launch 2 or more")
     rows = per_process_batch(args.batch_size, k)  # or an error that names a batch that splits
     if device.type == "cpu" and (why := cpu_support()):
         return {"skipped": why}

@@ -42,6 +42,11 @@ def test_a_batch_that_does_not_split_is_refused_with_one_that_does():
                   env=GLOO_ONLY)
 
 
+def test_one_process_is_refused_since_it_would_shard_nothing():
+    with pytest.raises(WorkerError, match="at least 2 processes, got 1"):
+        dx.launch("d2l_extras.sharding", 1, ARGS, timeout=120, echo=False, env=GLOO_ONLY)
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--bogus", "1"], "unrecognized arguments: --bogus"),
     (["--width", "0"], "must be a whole number >= 1"),
