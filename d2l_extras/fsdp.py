@@ -32,7 +32,9 @@ def cpu_support() -> str:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The job's options: the model's size, the global batch, what to time."""
-    p = argparse.ArgumentParser(prog="python -m d2l_extras.sharding", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m d2l_extras.sharding", description=(
+        "Notebook 08's FSDP2 job: fully_shard per block, one step checked against one "
+        "process, the shards' bytes, one step's collectives, then time against DDP."))
     for name, kind, default, text in (
             ("width", WHOLE, 256, "units of each block's Linear layer"),
             ("depth", WHOLE, 4, "blocks, each sharded on its own"),
