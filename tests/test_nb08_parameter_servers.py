@@ -1,6 +1,7 @@
 """Notebook 08's code: the ring (in one process and between processes) and ShardedStore, saved
 into d2l_extras.parameter_servers (`#@save`), checked against independent references such as
-the sum; zero_bytes runs from the notebook's cell. The lesson keeps only the equivalences that
+the sum; zero_bytes runs from the notebook's cell; FSDP2's step (`#@save sharding`) unsharded
+against a plain AdamW step (its job: tests/test_sharding.py). The lesson keeps only the equivalences that
 teach: ring == sum, push == reduce-scatter, store == allreduce."""
 from types import SimpleNamespace
 
@@ -8,6 +9,7 @@ import pytest
 import torch
 
 from d2l_extras import parameter_servers as ps
+from d2l_extras import sharding
 from nbcells import notebook_namespace
 
 
@@ -109,3 +111,20 @@ def test_zero_bytes_shard_what_each_stage_says(gpus):
             [1000 * (w + g + o), 1000 * (w + g + o / gpus), 1000 * (w + (g + o) / gpus),
              1000 * (w + g + o) / gpus])
     assert zero_bytes(1000, 1) == zero_bytes(1000, 1, w=4, g=4, o=8)
+
+
+def test_sharded_step_is_one_adamw_step_and_leaves_the_gradients():
+    # Unsharded, the saved step is a plain AdamW step; the FSDP2 job reads the gradients'
+    # shards after it, so the step must leave them (zero_grad comes first).
+    gen = torch.Generator().manual_seed(3)
+    X, Y = torch.randn(8, 6, generator=gen), torch.randn(8, 6, generator=gen)
+    model, ref = sharding.block_stack(6, 2), sharding.block_stack(6, 2)
+    loss = sharding.sharded_step(model, torch.optim.AdamW(model.parameters(), lr=0.1), X, Y)
+    opt = torch.optim.AdamW(ref.parameters(), lr=0.1)
+    expected = torch.nn.functional.mse_loss(ref(X), Y)
+    expected.backward()
+    opt.step()
+    torch.testing.assert_close(loss, expected.detach())
+    for p, q in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p, q)
+        torch.testing.assert_close(p.grad, q.grad)

@@ -17,3 +17,16 @@ for how, seconds in per_step.items():
 for n, bench in benches.items():  # each job ran where dx.init_worker puts n processes
     assert bench["backend"] == ("nccl" if dx.distributed.worker_device(n).type == "cuda"
                                 else "gloo"), n
+
+if fsdp_ran:  # FSDP2: rank 0's shards, the collectives of one step, seconds per step
+    note = f"{job['world']} processes, {job['backend']}"
+    for what, key in (("weights", "weights"), ("gradients", "gradients"),
+                      ("Adam's moments", "adam_moments")):
+        dx.record(f"fsdp_{key}_bytes_rank0", job["bytes"][what][0], "B", note)
+    for op, n in job["collectives"].items():
+        dx.record(f"fsdp_{op.strip('_')}_per_step", n, "calls", f"{job['depth']} blocks")
+    dx.record("fsdp_max_diff", job["max_diff"], "", "parameters after one AdamW step")
+    for how in ("fsdp", "ddp"):
+        dx.record(f"fsdp_vs_ddp_{how}_ms_per_step", t[how].value * 1e3, "ms", note)
+    if job["cuda_peak_bytes"]:
+        dx.record("fsdp_cuda_peak_bytes", job["cuda_peak_bytes"], "B", note)
