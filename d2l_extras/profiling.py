@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 import torch
+from torch.profiler import ProfilerActivity
 
 from .hardware import accelerators
 from .timing import Devices, synchronize
@@ -57,13 +58,15 @@ def profile_trace(fn: Callable[[], object], devices: Devices = None,
     """Profile one call of fn on devices (default: every accelerator); return the Chrome trace."""
     devices = accelerators() if devices is None else [torch.device(d) for d in devices]
     os.environ.setdefault("KINETO_LOG_LEVEL", QUIET_KINETO_LOG_LEVEL)  # read at the first profile
-    # CUDA activity only where CUDA runs, or torch warns "CUDA is not available". Without
-    # use_kineto=True, use_device="cuda" records the CPU only.
+    # CUDA activity only where CUDA runs, or torch warns "CUDA is not available".
     cuda = any(d.type == "cuda" for d in devices) and torch.cuda.is_available()
+    activities = [ProfilerActivity.CPU] + [ProfilerActivity.CUDA] * cuda
     synchronize(devices)  # work queued before would show up as unexplained device time
     quiet = _without_unknown_free_warning() if memory else contextlib.nullcontext()
-    with quiet, torch.autograd.profiler.profile(profile_memory=memory, use_kineto=True,
-                                                use_device="cuda" if cuda else None) as prof:
+    # One cycle, so nothing to clear: acc_events=True only stops torch 2.11 from warning, at a
+    # process's first profile, that each cycle's events are cleared.
+    with quiet, torch.profiler.profile(activities=activities, profile_memory=memory,
+                                       acc_events=True) as prof:
         fn()
         synchronize(devices)  # so every kernel fn queued ends inside the trace
     with tempfile.TemporaryDirectory() as tmp:

@@ -62,7 +62,7 @@ def drop():
     ("dx.peak_memory(drop)", False),
     ("dx.profile_trace(drop, ['cpu'], memory=True)", False),
     # torch's profiler alone prints the line: the checks above can fail
-    ("with torch.autograd.profiler.profile(profile_memory=True): drop()", True)])
+    ("with torch.profiler.profile(profile_memory=True): drop()", True)])
 def test_freeing_an_older_tensor_prints_no_warning(call, shown):
     code = textwrap.dedent(SCRIPT).format(call=call)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -3,13 +3,16 @@ jobs in order). The lesson rests on what the model does, so these tests pin it d
 timing anything: each job's cost is an Event the test controls, never a ratio of two timings.
 """
 import concurrent.futures
+import json
+import pathlib
 import queue
+import tempfile
 import threading
 import time
 
 import pytest
 
-from nbcells import notebook_namespace
+from nbcells import notebook_namespace, notebook_path
 
 WAIT = 10.0     # seconds a test waits for something that must happen (never reached if it does)
 BRIEFLY = 0.05  # seconds a test gives something that must NOT happen
@@ -115,3 +118,26 @@ def test_with_block_ends_the_thread_on_an_error(Backend):
             backend.submit("job", lambda: None)
             raise RuntimeError("the experiment failed")
     assert not backend.thread.is_alive()
+
+
+def test_reading_a_trace_keeps_two_steps_and_writes_the_trace_to_the_temporary_directory():
+    # "Reading a trace": wait 1, warm up 1, keep 2 of the 4 steps; the table's counts and the
+    # Chrome trace both hold the 2 kept steps, and the file is not written into the repository.
+    ns = notebook_namespace("02", ["device", "on_gpu", "net", "step", "plan", "ops", "path"])
+    assert ns["ops"]["aten::addmm"].count == 4  # 2 steps x 2 Linear layers
+    assert ns["path"].parent == pathlib.Path(tempfile.gettempdir())
+    events = json.loads(ns["path"].read_text(encoding="utf-8"))["traceEvents"]
+    steps = {e["name"] for e in events if e.get("name", "").startswith("ProfilerStep#")}
+    assert steps == {"ProfilerStep#2", "ProfilerStep#3"}, steps  # #0 waited, #1 warmed up
+
+
+def test_the_gpu_cell_sets_the_sync_debug_mode_back():
+    # Left at "warn", every later synchronizing call of the notebook (a barrier in dx.Benchmark,
+    # .item()) would warn on a GPU.
+    cells = json.loads(notebook_path("02").read_text(encoding="utf-8"))["cells"]
+    (source,) = ["".join(c["source"]) for c in cells
+                 if c["cell_type"] == "code" and "set_sync_debug_mode" in "".join(c["source"])]
+    modes = [line.split("set_sync_debug_mode(")[1].split(")")[0]
+             for line in source.splitlines() if "set_sync_debug_mode(" in line]
+    assert modes == ['"warn"', '"default"'], modes
+    assert "elapsed_time" in source and "enable_timing=True" in source

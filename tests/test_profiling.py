@@ -11,7 +11,6 @@ import warnings
 
 import pytest
 import torch
-from torch.autograd.profiler import ProfilerState
 from torch.profiler import ProfilerActivity
 
 import d2l_extras as dx
@@ -23,7 +22,7 @@ GPU_TRACE_PATH = pathlib.Path(__file__).parent / "data" / "kineto_gpu_trace.json
 # on a GPU, so the parser is tested on this one. Times below are in microseconds.
 GPU_TRACE = json.loads(GPU_TRACE_PATH.read_text())
 US = 1e-6
-REAL_PROFILE = torch.autograd.profiler.profile
+REAL_PROFILE = torch.profiler.profile
 
 
 def test_trace_events_gpu_lanes_and_kinds():
@@ -100,16 +99,15 @@ def test_launch_stacks_name_the_cpu_ops_around_each_launch():
 
 
 class SpyProfiler:
-    """Stands in for torch.autograd.profiler.profile on a CPU: builds the real profiler (which
-    works out its activities without starting), keeps what it chose, exports the GPU trace."""
+    """Stands in for torch.profiler.profile on a CPU: builds the real profiler (which works out
+    its activities and device without starting), keeps what it chose, exports the GPU trace."""
 
     made: list = []
 
     def __init__(self, **options):
         self.options = options
         real = REAL_PROFILE(**options)
-        self.activities = set(real.kineto_activities)
-        self.state = real.profiler_kind
+        self.activities, self.use_device = set(real.activities), real.use_device
         SpyProfiler.made.append(self)
 
     def __enter__(self):
@@ -130,7 +128,7 @@ def pretend_cuda(monkeypatch):
                         lambda: {ProfilerActivity.CPU, ProfilerActivity.CUDA})
     synced = []
     monkeypatch.setattr(profiling, "synchronize", lambda devices: synced.append(list(devices)))
-    monkeypatch.setattr(torch.autograd.profiler, "profile", SpyProfiler)
+    monkeypatch.setattr(torch.profiler, "profile", SpyProfiler)
     SpyProfiler.made.clear()
     return synced
 
@@ -140,8 +138,8 @@ def test_profile_trace_asks_for_cuda_activity_on_cuda_devices(pretend_cuda):
     events = dx.record_timeline(lambda: calls.append(1), devices=["cuda:0", "cuda:1"])
     assert calls == [1]
     (spy,) = SpyProfiler.made
-    assert ProfilerActivity.CUDA in spy.activities, spy.options
-    assert spy.state == ProfilerState.KINETO  # not KINETO_GPU_FALLBACK (CPU activity only)
+    assert spy.activities == {ProfilerActivity.CPU, ProfilerActivity.CUDA}, spy.options
+    assert spy.use_device == "cuda"  # the Kineto profiler it builds records kernels
     # before the profile (queued work stays out) and inside it (every kernel ends inside)
     assert pretend_cuda == [[torch.device("cuda", 0), torch.device("cuda", 1)]] * 2
     assert {e.kind for e in events} >= {"kernel", "copy"}
@@ -150,14 +148,14 @@ def test_profile_trace_asks_for_cuda_activity_on_cuda_devices(pretend_cuda):
 def test_profile_trace_asks_for_cpu_activity_only_on_cpu_devices(pretend_cuda):
     dx.profile_trace(lambda: None, devices=["cpu"])
     (spy,) = SpyProfiler.made
-    assert spy.activities == {ProfilerActivity.CPU} and spy.options["use_device"] is None
+    assert spy.activities == {ProfilerActivity.CPU} and spy.use_device is None
+    assert spy.options["profile_memory"] is False
 
 
-def test_without_use_kineto_torch_falls_back_to_cpu_activity(pretend_cuda):
-    # Why profile_trace passes use_kineto=True: the profiler it used to build recorded no kernel.
-    old = REAL_PROFILE(use_device="cuda")
-    assert old.profiler_kind == ProfilerState.KINETO_GPU_FALLBACK
-    assert ProfilerActivity.CUDA not in old.kineto_activities
+def test_profile_trace_passes_memory_on(pretend_cuda):
+    dx.profile_trace(lambda: None, devices=["cpu"], memory=True)
+    (spy,) = SpyProfiler.made
+    assert spy.options["profile_memory"] is True
 
 
 def test_cuda_devices_without_cuda_profile_the_cpu_quietly(monkeypatch):
