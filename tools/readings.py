@@ -4,10 +4,9 @@
     python -m tools.readings build/readings/run-1 build/readings/run-2 [DIR ...]
 
 A reading is a line a code cell prints. Numbers and their units (12.5 ms, 1.52x, 40%) are masked so
-that only the words count: "faster" against "within noise". In a row of a measured table (four
-numbers or more) an operator's name (aten::mm) is masked too: the profiler sorts rows by time.
-Each folder is a `make report` output (or a folder of executed notebooks); run times are listed
-against the class budgets. Exit status 1 when a reading changed or a notebook failed.
+that only the words count: "faster" against "within noise", and so are a profiler table's row
+names. Each folder is a `make report` output (or a folder of executed notebooks); run times are
+listed against the class budgets. Exit status 1 when a reading changed or a notebook failed.
 """
 from __future__ import annotations
 
@@ -28,7 +27,6 @@ NUMBER = re.compile(
     r"(?<![\w.])[-+−]?(\d[\d,]*\.?\d*|\.\d+)(e[-+]?\d+)?(\s?(" + UNIT + r"))?(?![\w/])")
 MULTIPLIER = re.compile(r"(?<![\w.])x(?=\d)")     # x1.23: the x goes with the number
 ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
-OPERATOR = re.compile(r"\baten::\w+")           # a profiler table's row name
 
 
 def mask(line: str) -> str:
@@ -37,8 +35,8 @@ def mask(line: str) -> str:
     line = MULTIPLIER.sub("", line.replace("±<", "±"))   # ±<1%: a spread, as ±3% is
     line = NUMBER.sub("#", line)
     line = re.sub(r"#(\s*[-–/]\s*#)+", "#", line)   # ranges: 40-100 -> #
-    if line.count("#") >= 4:                          # a table's row: its order is measured
-        line = OPERATOR.sub("aten::#", line)
+    if line.count("#") >= 4:  # a table's row (aten::mm ...): the profiler sorts them by time
+        line = re.sub(r"\baten::\w+", "aten::#", line)
     return " ".join(line.split())                     # columns padded to the numbers' width
 
 
