@@ -86,6 +86,8 @@ def notebook_namespace(name: str, names: list[str]) -> dict:
     sys.modules[module.__name__] = module
     namespace: dict = module.__dict__
     namespace["dx"] = d2l_extras
-    for source in defining_cells(name, names):
-        exec(compile(source, f"<{name}>", "exec"), namespace)
+    import matplotlib
+    with matplotlib.rc_context():  # the notebook's slide style stays with its cells
+        for source in defining_cells(name, names):
+            exec(compile(source, f"<{name}>", "exec"), namespace)
     return namespace

@@ -52,3 +52,13 @@ def test_cell_source_finds_a_code_cell_by_id(tmp_path, monkeypatch):
     for missing in ("md", "zz"):   # a Markdown cell is no code cell
         with pytest.raises(KeyError, match=f"no code cell with id '{missing}'"):
             nbcells.cell_source("98", missing)
+
+
+def test_a_notebooks_plot_style_does_not_outlive_its_cells(tmp_path, monkeypatch):
+    # A notebook's dx.use_slide_style() in one test must not resize another test's plots.
+    import matplotlib
+    monkeypatch.setattr(nbcells, "NOTEBOOKS", tmp_path)
+    write(tmp_path, "98-style", ["import matplotlib\nmatplotlib.rcParams['font.size'] = 31.0"])
+    before = matplotlib.rcParams["font.size"]
+    nbcells.notebook_namespace("98", ["matplotlib"])
+    assert matplotlib.rcParams["font.size"] == before != 31.0
