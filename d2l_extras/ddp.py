@@ -26,7 +26,8 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 import d2l_extras as dx
 from .checks import COUNT, WHOLE, option, positive_number
 from .data import SOURCES, default_sizes, load_images
-from .distributed import distinct_processes, init_worker, run_worker, worker_device
+from .distributed import (comm_counts, distinct_processes, init_worker, run_worker,
+                          worker_device)
 from .parallel import evaluate_accuracy, even_batch_size, per_process_batch
 from .profiling import TimelineEvent, launch_stacks, profile_trace, trace_events
 from .report import notice
@@ -359,11 +360,6 @@ def tp_options(argv: Sequence[str] | None = None, k: int = 1) -> argparse.Namesp
     return args
 
 
-def _counts(mode: object) -> dict[str, int]:
-    # CommDebugMode's {torch.ops.c10d_functional.all_reduce: 1} as {"all_reduce": 1}
-    return {str(op).rsplit(".", 1)[-1]: n for op, n in mode.get_comm_counts().items()}
-
-
 def _tp_part(split_run: Callable, block: nn.Module, plan: dict, args: argparse.Namespace,
              k: int, device: torch.device) -> dict:
     # One block split by plan, its output against the unsplit block's (worst rank), its counts.
@@ -375,9 +371,11 @@ def _tp_part(split_run: Callable, block: nn.Module, plan: dict, args: argparse.N
     dist.all_reduce(diff, dist.ReduceOp.MAX)  # every rank's output must be the whole y
     local = {name: p.to_local() if hasattr(p, "to_local") else p
              for name, p in tp.named_parameters()}
-    return {"max_diff": diff.item(), "forward": _counts(forward), "backward": _counts(backward),
+    whole = dict(block.named_parameters())
+    return {"max_diff": diff.item(), "forward": comm_counts(forward),
+            "backward": comm_counts(backward),
             "shards": {name: list(p.shape) for name, p in local.items()
-                       if p.shape != dict(block.named_parameters())[name].shape},
+                       if p.shape != whole[name].shape},
             "params": sum(p.numel() for p in block.parameters()),
             "local_params": sum(p.numel() for p in local.values()), "x": x.tolist(),
             "y": y.tolist()}

@@ -322,6 +322,11 @@ def distinct_processes() -> int:
     return len(set(pids))
 
 
+def comm_counts(mode: Any) -> dict[str, int]:
+    """A CommDebugMode's counts by collective: {"all_reduce": 1}, not {op object: 1}."""
+    return {str(op).rsplit(".", 1)[-1]: n for op, n in mode.get_comm_counts().items()}
+
+
 def finish_worker() -> None:
     """In a worker: leave torch.distributed (free the process group); no-op when not in one."""
     if dist.is_initialized():

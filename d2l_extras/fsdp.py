@@ -14,7 +14,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from .checks import WHOLE, option, positive_number
-from .distributed import init_worker, run_worker
+from .distributed import comm_counts, init_worker, run_worker
 from .parallel import per_process_batch
 from .timing import measure_interleaved
 
@@ -111,6 +111,6 @@ def _measure(args: argparse.Namespace, model_fn: Callable, shard_fn: Callable,
     return {"world": k, "backend": dist.get_backend(), "params": params,
             "block_params": block_params, "depth": args.depth, "max_diff": diff,
             "bytes": {what: [m[what] for m in every] for what in mem},
-            "collectives": {op.__name__: n for op, n in comm.get_comm_counts().items()},
+            "collectives": comm_counts(comm),
             "cuda_peak_bytes": peak,
             **{f"{how}_runs": m.warm for how, m in timed.items()}}

@@ -737,3 +737,16 @@ def test_init_worker_lets_a_stuck_nccl_collective_end_its_process(monkeypatch):
     monkeypatch.setenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")  # a choice already made stays
     dx.distributed.init_worker(timeout_s=7)
     assert joined["handling"] == "1"
+
+
+def test_comm_counts_name_each_collective_by_its_op():
+    # CommDebugMode keys its counts by op objects (torch.ops.c10d._allgather_base_); the jobs
+    # hand back plain names, the same for the c10d and the functional collectives.
+    from torch.distributed import _functional_collectives  # noqa: F401 (registers the ops)
+
+    class Mode:
+        def get_comm_counts(self):
+            return {torch.ops.c10d._allgather_base_: 8,
+                    torch.ops._c10d_functional.all_reduce: 1}
+
+    assert dx.distributed.comm_counts(Mode()) == {"_allgather_base_": 8, "all_reduce": 1}
