@@ -50,10 +50,12 @@ def bar_chart(values: Mapping[str, "float | Band | Measurement"], ylabel: str = 
     names, bands = zip(*((name, _band(v)) for name, v in values.items()))
     ax = ax or plt.subplots(figsize=(max(5.0, 1.6 * len(names)), 3.6))[1]
     heights = [b.value for b in bands]
-    measured = any(b.high > b.low for b in bands)  # quoted numbers alone: no whiskers at all
-    bars = ax.bar(names, heights, color=[f"C{i}" for i in range(len(names))],
-                  yerr=_whiskers(bands) if measured else None, capsize=6 if measured else 0,
-                  error_kw={"elinewidth": 1.5, "ecolor": "black"})
+    bars = ax.bar(names, heights, color=[f"C{i}" for i in range(len(names))])
+    # Whiskers on measured bars only: a quoted constant has no spread to draw.
+    measured = [i for i, b in enumerate(bands) if b.high > b.low]
+    if measured:
+        ax.errorbar(measured, [heights[i] for i in measured], fmt="none", capsize=6,
+                    yerr=_whiskers([bands[i] for i in measured]), elinewidth=1.5, ecolor="black")
     # Labels inside the bars where a line will cross their tops, else above the whiskers.
     place = {"label_type": "center", "color": "white"} if inside else {"padding": 2}
     # Plain numbers: 3 significant digits, thousands in full (5,524, not 5.52e+03).

@@ -1,5 +1,6 @@
 """Every slide of every notebook's deck fits a projector (1280x720), as an instructor shows it,
-and each lecture part is a lecture: at most 35 slides, speaker notes on every idea slide.
+and each lecture part is a lecture (tools/deckcheck.py: at most 28 slides, notes, a quiz
+and a summary).
 
 The notebooks are executed in the active profile (`ci` in `make test`) by tools/report.py, the
 decks are cut by tools/nbsite.py as `make slides` cuts them, and tools/deckcheck.py visits every

@@ -106,4 +106,5 @@ def test_prose_stays_short():
     # Issue 33 added a quiz to each notebook. Issue 45 moved the readings out of the code
     # (verdict strings, 1,000 lines cut) into prose that says what to expect and why: 19,000.
     # Issue 47 ran FSDP2 and tensor parallelism, MFU and a profiler trace: 20,000.
-    assert sum(total.values()) <= 20_000, f"{sum(total.values())} words of prose: {total}"
+    # Issue 48 gave the first parts of 04, 08 and 09 a quiz and a summary of their own.
+    assert sum(total.values()) <= 20_500, f"{sum(total.values())} words of prose: {total}"

@@ -163,13 +163,16 @@ def executed_notebook(path: Path) -> Path:
                "data": {"image/png": figure_png(), "text/plain": "<Figure>"}}]),
         md("## Long code", notes="Point at the last line."),
         code(long_code, [{"output_type": "stream", "name": "stdout", "text": "done\n"}]),
-        md("## Exercises\n\n1. Add one to one.", notes="Homework: five minutes."),
+        md("## Try it\n\n1. Add one to one.", notes="Homework: five minutes."),
         code(f"# @title Exercise 1: add\nanswer = ...\n# BEGIN SOLUTION\n{SOLUTION}\n"
              "# END SOLUTION"),
         md(f"**Exercise 1, discussion.**\n<!-- BEGIN SOLUTION -->\n{ANSWER_IN_WORDS}\n"
            "<!-- END SOLUTION -->"),
         code("dx.check('Exercise 1', answer, 2)",
              [{"output_type": "stream", "name": "stdout", "text": "Exercise 1: right\n"}]),
+        md("## Exercises\n\n1. Homework the notebook keeps.", notes="Not in the deck."),
+        code("print('an exercise')", [{"output_type": "stream", "name": "stdout",
+                                       "text": "an exercise\n"}]),
         md("# Part two\n\nThe second lecture.", notes="Start after the break."),
         md("## More", notes="The end."),
     ])
@@ -219,6 +222,9 @@ def top_sections(deck: str) -> int:
 def test_slides_have_one_slide_per_section_and_a_deck_per_part(built):
     deck = (built["slides"] / "demo.slides.html").read_text(encoding="utf-8")
     assert top_sections(deck) == SECTIONS
+    assert "Homework the notebook keeps" not in deck and "an exercise" not in deck, \
+        "the Exercises are the notebook's: a lecture leaves them out"
+    assert "Homework the notebook keeps" in (built["html"] / "demo.html").read_text("utf-8")
     part2 = (built["slides"] / "demo-part2.slides.html").read_text(encoding="utf-8")
     assert top_sections(part2) == PART2
     assert "<title>Part two slides</title>" in part2 and "Demo deck" not in part2
@@ -299,7 +305,9 @@ def test_notebook_without_slide_metadata_is_still_cut_into_slides(tmp_path, caps
         del cell["metadata"]["slideshow"]
     path.write_text(json.dumps(nb))
     rows = nbsite.build("slides", [path], tmp_path / "out", ROOT / "notebooks")
-    kinds = [t for t in nbmeta.slide_types(nb["cells"]) if t in ("slide", "subslide")]
+    start = next(i for i, c in enumerate(nb["cells"]) if "## Exercises" in "".join(c["source"]))
+    kept = nb["cells"][:start] + nb["cells"][start + 2:]  # the Exercises stay out
+    kinds = [t for t in nbmeta.slide_types(kept) if t in ("slide", "subslide")]
     assert [row["slides"] for row in rows] == [len(kinds) - PART2, PART2]
     assert "run python tools/nbmeta.py" in capsys.readouterr().out
 

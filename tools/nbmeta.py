@@ -28,8 +28,12 @@ from tools import gpusupport, hosted  # noqa: E402
 # an activated environment runs its own Python under this name.
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 
-# A slide is 960x700 px with 19-20 px text (nbconvert's reveal template): about 24 lines fit.
-SLIDE_LINES = 24
+# A slide is 1280x720 px with 21 px code (tools/nbsite.py's template): about 20 lines fit, of
+# which at most 15 of code (a minute's explaining); a stack holds at most 6 slides, then the
+# next sub-slide starts a column of its own.
+SLIDE_LINES = 20
+CODE_LINES = 15
+STACK = 6
 WRAP = 100            # characters per line before a long line wraps on a slide
 OUTPUT_LINES = 3      # allowance for what a code cell prints (the stored notebook has no outputs)
 FIGURE_LINES = 20     # a picture (330-515 px of the 700 px slide) takes most of a slide
@@ -78,6 +82,11 @@ def cell_lines(cell: dict) -> int:
     return lines
 
 
+def source_lines(cell: dict) -> int:
+    """Lines of code a code cell shows (0 for Markdown)."""
+    return len(hosted.source_text(cell).splitlines()) if cell.get("cell_type") == "code" else 0
+
+
 def hidden(cell: dict) -> bool:
     """True if the cell is tagged to stay out of the decks (`no-slide`)."""
     return NO_SLIDE in cell.get("metadata", {}).get("tags", [])
@@ -108,7 +117,7 @@ def draws(cell: dict) -> bool:
 
 def slide_types(cells: list[dict]) -> list[str]:
     """The slideshow `slide_type` of every cell (see the module docstring for the rules)."""
-    types, used, words, after_plot = [], 0, 0, False
+    types, used, words, code, stack, after_plot = [], 0, 0, 0, 0, False
     for i, cell in enumerate(cells):
         solution = is_solution(cell)
         if i > 0 and (hidden(cell) or is_check(cell) or solution):
@@ -119,12 +128,14 @@ def slide_types(cells: list[dict]) -> list[str]:
         if i == 0 or level in (1, 2):
             kind = "slide"
         elif (level >= 3 or draws(cell) or after_plot or used + height > SLIDE_LINES
-              or words + prose > WORDS):
-            kind = "subslide"
+              or words + prose > WORDS or code + source_lines(cell) > CODE_LINES):
+            kind = "subslide" if stack < STACK - 1 else "slide"
         else:
             kind = "-"
+        stack = 0 if kind == "slide" else stack + (kind == "subslide")
         used = height if kind != "-" else used + height
         words = prose if kind != "-" else words + prose
+        code = source_lines(cell) if kind != "-" else code + source_lines(cell)
         after_plot = draws(cell)
         types.append(kind)
     return types

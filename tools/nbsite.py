@@ -10,9 +10,11 @@ decks and pages work offline (in class). Figures are embedded as data URIs.
 from __future__ import annotations
 
 import argparse
+import ast
 import functools
 import importlib.util
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -22,9 +24,18 @@ import nbformat
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATES = Path(__file__).resolve().parent / "site" / "templates"
 from tools import hosted, nbmeta
+from tools import report as report_tool
 from tools.alarms import output_texts
 
 MATHJAX_CONFIG = "?config=TeX-AMS-MML_HTMLorMML-full,Safe"
+# Cell tags for the decks: a bookkeeping cell shows its output alone; a cell whose work needs a
+# GPU leaves a CPU-built deck, which gets the notebook's "On a GPU" slide instead; a drawing cell
+# shows its figure without its code (unless tagged show-input), and the deck check finds a
+# drawing cell that shows no figure.
+HIDE_INPUT, SHOW_INPUT, GPU_ONLY, DRAWS = "hide-input", "show-input", "gpu-only", "draws"
+REFERENCE = ROOT / "docs" / "reference" / "on-a-gpu"  # NN.md: a notebook's "On a GPU" slide
+NOT_IN_DECKS = ("Exercises",)  # sections the notebook keeps and a lecture leaves out
+_PLOT_CALL = re.compile(r"^(plt\.\w+|\w+\.(bar_chart|plot_\w+|plot|imshow|bar)|bar_chart|plot_\w+)$")
 
 
 def _package_dir(name: str, *parts: str) -> Path:
@@ -76,6 +87,61 @@ def with_notes(nb) -> None:
     nb.cells = cells
 
 
+def draws_at_top_level(source: str) -> bool:
+    """True if running the code always draws: a plotting call outside any def, class or if."""
+    try:
+        tree = ast.parse(source.replace("%matplotlib inline", ""))
+    except SyntaxError:
+        return False
+    skip = (ast.FunctionDef, ast.Lambda, ast.ClassDef, ast.If, ast.IfExp)
+    todo = [n for n in tree.body if not isinstance(n, skip)]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Call) and _PLOT_CALL.match(ast.unparse(node.func)):
+            return True
+        todo += [n for n in ast.iter_child_nodes(node) if not isinstance(n, skip)]
+    return False
+
+
+def on_a_gpu_slide(stem: str, reference: Path = REFERENCE) -> list:
+    """The notebook's "On a GPU" slide (reference/NN.md, its notes after `<!-- notes -->`)."""
+    path = reference / f"{stem[:2]}.md"
+    if not stem[:2].isdigit():  # not one of the chapter's notebooks (a test's, a copy)
+        return []
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: every notebook's deck shows its reference "
+                                "GPU figures there (see docs/reference/on-a-gpu/README.md)")
+    slide, _, notes = path.read_text(encoding="utf-8").partition("<!-- notes -->")
+    return [nbformat.v4.new_markdown_cell(slide.strip(), metadata={
+        "slideshow": {"slide_type": "slide"}, "notes": notes.strip()})]
+
+
+def for_lecture(nb, stem: str, gpu: bool, reference: Path = REFERENCE) -> None:
+    """Shape the cells for the decks (in place): Exercises out; on a CPU, the gpu-only cells
+    out and one "On a GPU" slide where the first was (else before the last Quiz); tags set."""
+    cells, skipping, first_gpu = [], False, None
+    for cell in nb.cells:
+        level = nbmeta.heading_level(cell)
+        if level in (1, 2):
+            skipping = nbmeta.heading_text(cell).startswith(NOT_IN_DECKS)
+        tags = cell.metadata.setdefault("tags", [])
+        if skipping or (GPU_ONLY in tags and not gpu):
+            first_gpu = len(cells) if first_gpu is None and not skipping else first_gpu
+            continue
+        if cell.cell_type == "code" and draws_at_top_level(cell.source):
+            tags += [DRAWS] + [HIDE_INPUT] * (SHOW_INPUT not in tags)
+        cells.append(cell)
+    if not gpu:
+        if first_gpu is None:
+            quiz = [i for i, c in enumerate(cells) if nbmeta.heading_text(c).startswith("Quiz")]
+            first_gpu = quiz[-1] if quiz else len(cells)
+        elif cells[first_gpu].metadata.get("slideshow", {}).get("slide_type") not in (
+                "slide", "subslide"):  # what followed the GPU cells opens a slide of its own
+            cells[first_gpu].metadata["slideshow"] = {"slide_type": "subslide"}
+        cells[first_gpu:first_gpu] = on_a_gpu_slide(stem, reference)
+    nb.cells = cells
+
+
 def lecture_parts(nb) -> list[tuple[str, list]]:
     """The lecture parts as (title, cells): a `#` heading after the first cell starts one."""
     parts = [(hosted.title_of(nb), [])]
@@ -97,10 +163,16 @@ def _exporter(kind: str, urls: dict):
     common = dict(extra_template_basedirs=[str(TEMPLATES)], extra_template_paths=[str(TEMPLATES)],
                   mathjax_url=urls["mathjax"], exclude_input_prompt=False)
     if kind == "slides":
+        from nbconvert.preprocessors import TagRemovePreprocessor
         # No In[ ]/Out[ ] prompts on a slide: their 120 px column would cut 80-character lines.
         common.update(exclude_input_prompt=True, exclude_output_prompt=True)
-        return SlidesExporter(template_name="d2l_slides", reveal_url_prefix=urls["reveal"],
-                              reveal_theme="white", reveal_number="c/t", **common)
+        # 1280x720: one slide pixel is one pixel of a 720p projector, so 20 px code is 20 px.
+        exporter = SlidesExporter(template_name="d2l_slides", reveal_url_prefix=urls["reveal"],
+                                  reveal_theme="white", reveal_number="c/t", reveal_width="1280",
+                                  reveal_height="720", **common)
+        exporter.register_preprocessor(TagRemovePreprocessor(
+            remove_input_tags={HIDE_INPUT}), enabled=True)
+        return exporter
     return HTMLExporter(template_name="d2l_page", **common)
 
 
@@ -133,6 +205,7 @@ def build(kind: str, notebooks: list[Path], out: Path, source_dir: Path,
         hardware, executed = hardware_of(nb), was_executed(nb)
         # A page shows the whole notebook; a deck is cut per lecture part, with its notes.
         if kind == "slides":
+            for_lecture(nb, path.stem, gpu=bool(re.search(r"^cuda:\d", hardware, re.M)))
             with_notes(nb)
         parts = lecture_parts(nb) if kind == "slides" else [(hosted.title_of(nb), nb.cells)]
         for number, (title, cells) in enumerate(parts, 1):
@@ -183,7 +256,8 @@ def write_index(out: Path, kind: str, rows: list[dict], summary: Path | None) ->
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True)
     body = env.get_template("d2l_index.html.j2").render(
         what="slides" if kind == "slides" else "pages", report=report,
-        machine=describe_hardware(report.get("hardware")), rows=rows)
+        machine=describe_hardware(report.get("hardware")), rows=rows,
+        load=report_tool.describe_load(report.get("machine_load")).capitalize())
     (out / "index.html").write_text(body + "\n", encoding="utf-8")
     return out / "index.html"
 
@@ -200,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     notebooks = sorted(args.notebooks.glob("*.ipynb")) if args.notebooks.is_dir() else []
     rows = build(args.kind, notebooks, out, args.source, args.summary)
     print(f"{len(rows)} {args.kind} written to {out}/ (open {out / 'index.html'})")
+    # The decks show that run's numbers: say how busy the machine was while it ran.
+    print(report_tool.describe_load(read_summary(args.summary).get("machine_load")))
     return 0
 
 

@@ -150,7 +150,7 @@ def render_markdown(summary: dict) -> str:
             for nb in summary["notebooks"]]
     out.append(f"\nTotal: {summary['total_seconds']:.1f} s. "
                + (f"Failed: {', '.join(summary['failed'])}." if summary["failed"]
-                  else "No notebook failed."))
+                  else "No notebook failed.") + " " + describe_load(summary.get("machine_load")))
     groups = [(nb["notebook"], nb) for nb in summary["notebooks"]]
     for name, nb in groups + [(n, {"records": r}) for n, r in summary["other_records"].items()]:
         out += ["", f"## {name or '(no notebook named)'}", ""]
@@ -186,6 +186,35 @@ def _hardware() -> tuple[dict | None, str | None]:
         return None, str(err)
 
 
+def _busy_seconds() -> float:
+    # CPU seconds the whole machine spent busy, and this process with its children (kernels and
+    # the processes they started, once reaped): what others used is the difference.
+    import psutil
+    machine, own = psutil.cpu_times(), os.times()
+    return (sum(machine) - machine.idle - getattr(machine, "iowait", 0.0)
+            - own.user - own.system - own.children_user - own.children_system)
+
+
+def machine_load(others: float, seconds: float, cores: int | None = None) -> dict:
+    """How busy other processes kept the machine: `others` CPU-seconds over `seconds` of wall
+    time; busy when they took a quarter of the cores or more (the decks' numbers then mislead)."""
+    cores = cores or os.cpu_count() or 1
+    if seconds <= 0:
+        raise ValueError(f"seconds must be positive, got {seconds}")
+    share = max(0.0, others) / seconds
+    return {"others_cores": round(share, 2), "cores": cores, "busy": share >= cores / 4}
+
+
+def describe_load(load: dict | None) -> str:
+    """One line: how busy the machine was while the notebooks ran, a warning if it was."""
+    if not load:
+        return "machine load: not measured (a run from before this was recorded)"
+    line = (f"machine load: other processes kept {load['others_cores']:.1f} of "
+            f"{load['cores']} cores busy while the notebooks ran")
+    return (f"warning: {line}: its timings are unreliable; rebuild on a quiet machine"
+            if load["busy"] else line + " (quiet)")
+
+
 def report(paths: list[Path], out: Path, cell_timeout: float = 900,
            execute: Callable = execute_notebook,
            hardware: Callable[[], tuple[dict | None, str | None]] = _hardware,
@@ -201,7 +230,7 @@ def report(paths: list[Path], out: Path, cell_timeout: float = 900,
     (out / RECORDS).unlink(missing_ok=True)
     out.mkdir(parents=True, exist_ok=True)
     hw, hw_error = hardware()
-    runs = []
+    runs, busy_start, wall_start = [], _busy_seconds(), time.perf_counter()
     for path in paths:
         name, target = path.stem, out / EXECUTED / path.name
         env = {**os.environ, ENV_VAR: str(out), "D2L_REPORT_NOTEBOOK": name}
@@ -224,7 +253,10 @@ def report(paths: list[Path], out: Path, cell_timeout: float = 900,
     except ValueError:  # a misspelt D2L_PROFILE: every notebook has failed with the reason
         active = os.environ.get("D2L_PROFILE", "")
     summary = summarize(runs, read_records(out), hw, hw_error, active)
+    summary["machine_load"] = machine_load(_busy_seconds() - busy_start,
+                                           time.perf_counter() - wall_start)
     write_summary(out, summary)
+    print("report: " + describe_load(summary["machine_load"]))
     print(f"report: summary in {out / 'summary.md'} and {out / 'summary.json'}")
     if summary["failed"]:
         print(f"report: FAILED notebooks: {', '.join(summary['failed'])}", file=sys.stderr)
