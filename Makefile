@@ -79,8 +79,10 @@ lab: $(call ready,lab)
 	$(PY) -m jupyter lab --notebook-dir=. --ServerApp.default_url=/lab/tree/notebooks \
 	  $(AS_ROOT) $(LAB_ARGS)
 
+# MPLBACKEND=Agg, as headless runners set it: the notebooks must draw inline all the same, and
+# tests/test_decks.py fails a slide whose cell draws but shows no figure.
 test: $(call ready,test)
-	D2L_PROFILE=$(TEST_PROFILE) $(PY) -m pytest $(XDIST) $(TESTS) $(NBVAL)
+	D2L_PROFILE=$(TEST_PROFILE) MPLBACKEND=Agg $(PY) -m pytest $(XDIST) $(TESTS) $(NBVAL)
 
 unit: $(call ready,test)
 	D2L_PROFILE=$(TEST_PROFILE) $(PY) -m pytest $(XDIST) tests

@@ -67,22 +67,34 @@ def test_every_slide_fits_at_1280x720_and_has_its_notes(decks, browser, path):
     assert not problems, f"{len(problems)} problems:\n" + "\n".join(problems)
 
 
-def test_the_check_sees_a_slide_that_overflows_or_has_no_notes(tmp_path, monkeypatch, browser):
+def test_the_check_sees_what_a_room_cannot_read(tmp_path, monkeypatch, browser):
     tall = "\n".join(f"<p>line {i}</p>" for i in range(60))
     wide = "<pre>" + "x" * 400 + "</pre>"
     note = '<aside class="notes">Say this.</aside>'
+    code = ('<div class="jp-InputArea"><pre>' + "\n".join(f"x{i} = {i}" for i in range(16))
+            + "</pre></div>")
+    slides = [
+        f"<h2>fits</h2><p>short</p>{note}",
+        f"<h2>too tall</h2>{tall}{note}",
+        f"<h2>too wide</h2>{wide}{note}",
+        "<h2>silent</h2><p>no notes</p>",
+        f"<h2>small</h2><pre style='font-size: 12px'>x = 1</pre>{note}",
+        f"<h2>long</h2>{code}{note}",
+        f'<h2>blank</h2><div class="celltag_draws"><pre>plotting code</pre></div>{note}',
+        '<h2>quoted</h2><p>The step takes 0.97x.</p><aside class="notes">About 6x per step,'
+        ' 0.97x here, 1.5-3x on a laptop.</aside>',
+        f"<h2>Summary</h2><p>Said.</p>{note}",
+        "<h2>Sources</h2>",
+    ]
+    stack = "".join(f"<section><h3>part {i}</h3>{note}</section>" for i in range(7))
+    sections = "".join(f"<section>{body}</section>" for body in slides)
     deck = tmp_path / "bad.slides.html"
     pytest.importorskip("sphinx_revealjs", reason="sphinx-revealjs is not installed")
     reveal = nbsite._package_dir("sphinx_revealjs", "_static", "revealjs")
     deck.write_text(f"""<html><head><link rel="stylesheet" href="{(reveal / 'dist' / 'reveal.css')
         .as_uri()}"><style>.reveal .slides section {{ max-height: 700px; overflow-y: auto; }}
-        pre {{ overflow-x: auto; }}</style></head><body><div class="reveal"><div class="slides">
-        <section><h2>fits</h2><p>short</p>{note}</section>
-        <section><h2>too tall</h2>{tall}{note}</section>
-        <section><h2>too wide</h2>{wide}{note}</section>
-        <section><h2>silent</h2><p>no notes</p></section>
-        <section><p>a plot, no heading</p></section><section><h2>Sources</h2></section>
-        </div></div>
+        pre {{ overflow-x: auto; font-size: 22px; }}</style></head><body><div class="reveal">
+        <div class="slides">{sections}<section>{stack}</section></div></div>
         <script src="{(reveal / 'dist' / 'reveal.js').as_uri()}"></script>
         <script src="{(reveal / 'plugin' / 'notes' / 'notes.js').as_uri()}"></script>
         <script>Reveal.initialize({{width: 960, height: 700, center: false,
@@ -92,10 +104,21 @@ def test_the_check_sees_a_slide_that_overflows_or_has_no_notes(tmp_path, monkeyp
     run = subprocess.run([sys.executable, "-m", "tools.deckcheck", str(deck)], cwd=ROOT,
                          capture_output=True, text=True, timeout=120)
     problems = run.stdout.splitlines()
-    assert run.returncode == 1 and len(problems) == 3, run.stdout + run.stderr
-    assert "slide 2.1 (too tall): content" in problems[0]
-    assert "slide 3.1 (too wide): a line cut" in problems[1]
-    assert "slide 4.1 (silent): no speaker notes" in problems[2]
+    expected = [
+        "bad.slides.html: slide 11 stacks 7 slides, more than 6",
+        "slide 2.1 (too tall): content",
+        "slide 3.1 (too wide): a line cut",
+        "slide 4.1 (silent): no speaker notes",
+        "slide 5.1 (small): code or output at 11.",   # 12 px at reveal.js's scale
+        "slide 6.1 (long): 16 lines of code, more than 15",
+        "slide 7.1 (blank): a cell that draws shows no figure",
+        "slide 8.1 (quoted): the notes say 6x, which the slide does not show",
+        "bad.slides.html: notes on 15 of 17 slides, fewer than 90%",
+        "bad.slides.html: ends with ['part 5', 'part 6'], not a Quiz and then a Summary",
+    ]
+    assert run.returncode == 1 and len(problems) == len(expected), run.stdout + run.stderr
+    for line, want in zip(problems, expected):
+        assert want in line, (want, line)
     monkeypatch.setattr(deckcheck, "MAX_SLIDES", 5)
     problems = deckcheck.check_deck(browser, deck)
-    assert "bad.slides.html: 6 slides, more than 5 for one lecture" in problems[0]
+    assert "bad.slides.html: 17 slides, more than 5 for one lecture" in problems[0]

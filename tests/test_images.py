@@ -1,6 +1,6 @@
 """Every figure in images/ is drawn by the script beside it, readable on a slide (issue 16).
 
-The PNGs are shown at their natural size (100 dpi) in the notebooks and on 960 px wide slides, so
+The PNGs are shown at their natural size (100 dpi) in the notebooks and on 1280 px wide slides, so
 a figure must be at most 9.6 in wide and its text at least 12 pt, and its labels must not collide.
 """
 import importlib.util

@@ -113,6 +113,24 @@ def test_report_succeeds_when_every_notebook_ran(tmp_path):
                      hardware=lambda: (HARDWARE, None)) == 0
     assert rp.report(fake_notebooks(tmp_path, ["a"]), tmp_path / "out", execute=execute,
                      hardware=lambda: (None, "no GPU")) == 1  # D2L_EXPECT_GPU=1, none found
+    load = json.loads((tmp_path / "out" / "summary.json").read_text())["machine_load"]
+    assert load["cores"] == os.cpu_count() and load["others_cores"] >= 0
+    assert "machine load:" in (tmp_path / "out" / "summary.md").read_text()
+
+
+def test_machine_load_is_what_other_processes_used_per_second_of_the_run():
+    assert rp.machine_load(30.0, 60.0, cores=2) == {"others_cores": 0.5, "cores": 2,
+                                                    "busy": True}
+    assert rp.machine_load(10.0, 100.0, cores=8)["busy"] is False   # 0.1 of 8 cores
+    assert rp.machine_load(-1.0, 10.0, cores=2)["others_cores"] == 0.0   # rounding of counters
+    with pytest.raises(ValueError, match="seconds must be positive"):
+        rp.machine_load(1.0, 0.0)
+    quiet = rp.describe_load({"others_cores": 0.1, "cores": 8, "busy": False})
+    assert quiet == ("machine load: other processes kept 0.1 of 8 cores busy while the "
+                     "notebooks ran (quiet)")
+    busy = rp.describe_load({"others_cores": 1.9, "cores": 2, "busy": True})
+    assert busy.startswith("warning:") and "rebuild on a quiet machine" in busy
+    assert "not measured" in rp.describe_load(None)
 
 
 def test_a_real_kernel_of_this_python_records_and_saves(tmp_path):

@@ -279,10 +279,12 @@ def test_index_shows_the_report_summary(tmp_path):
         "hardware": {"cpu": "Summary CPU", "cores": 2, "logical_cores": 2, "accelerators": [],
                      "torch_threads": 2, "torch": "2.x", "cuda_build": None, "profile": "ci",
                      "ram_total": 2 ** 34, "ram_available": 2 ** 33},
-        "notebooks": [{"notebook": "demo", "seconds": 3.25, "error": None}]}))
+        "notebooks": [{"notebook": "demo", "seconds": 3.25, "error": None}],
+        "machine_load": {"others_cores": 1.8, "cores": 2, "busy": True}}))
     rows = [{"file": "demo.html", "notebook": "demo.ipynb", "title": "Demo", "hardware": "hw"}]
     index = nbsite.write_index(tmp_path, "html", rows, summary).read_text()
     assert "Summary CPU" in index and "ran in 3.2 s" in index and "<code>ci</code>" in index
+    assert "kept 1.8 of 2 cores busy" in index and "rebuild on a quiet machine" in index
     rows[0]["notebook"] = "other.ipynb"
     summary.write_text(json.dumps({"notebooks": [{"notebook": "other.ipynb", "seconds": 1,
                                                   "error": "cell 3: ValueError: boom"}]}))
@@ -320,6 +322,8 @@ def test_command_line_builds_into_the_given_directory(tmp_path):
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert (tmp_path / "out" / "demo.html").is_file() and (tmp_path / "out" / "index.html").is_file()
+    assert run.stdout.splitlines()[-1].startswith("machine load: not measured"), \
+        "make slides says how busy the machine was (here: no summary to say it)"
 
 
 def test_cells_tagged_no_slide_are_skipped():
@@ -364,3 +368,98 @@ def test_a_slide_holds_at_most_WORDS_words_of_prose():
     cells = [md("## S"), md(half), md(half), md("<!-- a comment -->\n" + "w " * 3)]
     assert nbmeta.slide_types(cells) == ["slide", "-", "subslide", "-"]
     assert nbmeta.prose_words(md("one ![x](data:image/png;base64,AAAA) two <!-- x y -->")) == 3
+
+
+def test_code_past_15_lines_starts_a_subslide_and_a_stack_holds_six():
+    twelve = code("\n".join(f"x{i} = {i}" for i in range(12)))
+    assert nbmeta.slide_types([md("## S"), twelve, code("y = 1\nz = 2\nw = 3\nv = 4")]) == \
+        ["slide", "-", "subslide"], "12 + 4 lines of code: more than 15 on one slide"
+    cells = [md("## S")] + [md(f"### {i}") for i in range(7)]
+    kinds = nbmeta.slide_types(cells)
+    assert kinds == ["slide"] + ["subslide"] * 5 + ["slide", "subslide"], \
+        "the 7th slide of a stack starts a column of its own"
+
+
+@pytest.mark.parametrize("source, draws", [
+    ("dx.bar_chart({'a': 1})", True),
+    ("fig, ax = plt.subplots()\nax.plot([1, 2])", True),
+    ("for k in ks:\n    ax.plot(xs, ys[k])", True),
+    ("def plot_sweep(curves):\n    ax = plt.subplots()[1]", False),   # defines, draws nothing
+    ("if gpus:\n    dx.plot_timeline(events)", False),   # draws only on some machines
+    ("x = 1  # plt.plot in a comment", False),
+    ("%matplotlib inline\ndx.plot_roofline(1, 2)", True),
+    ("not python (", False),
+])
+def test_a_cell_draws_when_it_calls_a_plot_outside_defs_and_ifs(source, draws):
+    assert nbsite.draws_at_top_level(source) is draws
+
+
+def lecture(tmp_path, gpu):
+    """A small executed notebook shaped for its decks, with one reference slide written."""
+    ref = tmp_path / "reference"
+    ref.mkdir(exist_ok=True)
+    (ref / "07.md").write_text("## On a GPU: the reference run\n\n| H100 | 54.7 GB/s |\n"
+                               "<!-- notes -->\nPoint at the pinned copy.", encoding="utf-8")
+    gpu_cells = [md("## On a GPU"), code("if gpus:\n    pass", [])]
+    for cell in gpu_cells:
+        cell["metadata"]["tags"] = [nbsite.GPU_ONLY]
+    nb = nbmeta.apply(notebook([md("# T"), md("## Idea"), code("x = 1"), *gpu_cells,
+                                md("## Quiz"), md("## Summary"), md("## Exercises"),
+                                code("dx.bar_chart({'a': 1})"), md("## Sources")]))
+    import nbformat
+    nb = nbformat.from_dict(nb)
+    nbsite.for_lecture(nb, "07-demo", gpu=gpu, reference=ref)
+    return nb.cells
+
+
+def test_a_cpu_deck_shows_one_on_a_gpu_slide_in_place_of_the_gpu_cells(tmp_path):
+    cells = lecture(tmp_path, gpu=False)
+    heads = [nbmeta.heading_text(c) for c in cells if nbmeta.heading_level(c)]
+    assert heads == ["T", "Idea", "On a GPU: the reference run", "Quiz", "Summary", "Sources"]
+    slide = next(c for c in cells if "54.7 GB/s" in c.source)
+    assert slide.metadata["notes"] == "Point at the pinned copy." and "notes" not in slide.source
+    assert slide.metadata["slideshow"]["slide_type"] == "slide"
+    assert not any("if gpus" in c.source for c in cells), "the gpu-only cells are out"
+    assert not any("bar_chart" in c.source for c in cells), "the Exercises are the notebook's"
+
+
+def test_a_gpu_deck_keeps_its_gpu_cells_and_a_drawing_cell_shows_its_figure(tmp_path):
+    cells = lecture(tmp_path, gpu=True)
+    assert any("if gpus" in c.source for c in cells)
+    assert not any("54.7 GB/s" in c.source for c in cells), "its own run shows the GPU"
+    drawing = nbmeta.apply(notebook([md("# T"), code("dx.bar_chart({'a': 1})"),
+                                     code("ax.plot([1])")]))
+    drawing["cells"][2]["metadata"]["tags"] = [nbsite.SHOW_INPUT]
+    import nbformat
+    nb = nbformat.from_dict(drawing)
+    nbsite.for_lecture(nb, "xx-demo", gpu=True)
+    assert nb.cells[1].metadata.tags == [nbsite.DRAWS, nbsite.HIDE_INPUT]
+    assert nb.cells[2].metadata.tags == [nbsite.SHOW_INPUT, nbsite.DRAWS]
+
+
+def test_a_missing_reference_slide_says_where_it_belongs(tmp_path):
+    with pytest.raises(FileNotFoundError, match="03.md is missing.*README"):
+        nbsite.on_a_gpu_slide("03-automatic-parallelism", tmp_path)
+    assert nbsite.on_a_gpu_slide("demo", tmp_path) == [], "not one of the chapter's notebooks"
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "notebooks").glob("*.ipynb")),
+                         ids=lambda p: p.name[:2])
+def test_every_notebook_has_its_on_a_gpu_slide_with_notes(path):
+    [slide] = nbsite.on_a_gpu_slide(path.stem)
+    assert slide.source.startswith("## On a GPU"), slide.source[:60]
+    assert len(slide.source.splitlines()) <= 14, "one 1280x720 slide"
+    assert slide.metadata["notes"], "what to say about the reference run"
+    assert "placeholder" not in slide.source
+
+
+@needs_nbconvert
+def test_a_bookkeeping_cell_shows_its_output_alone(tmp_path):
+    path = tmp_path / "demo.ipynb"
+    cell = code("print('the table')", [{"output_type": "stream", "name": "stdout",
+                                        "text": "the table\n"}])
+    cell["metadata"]["tags"] = [nbsite.HIDE_INPUT]
+    path.write_text(json.dumps(nbmeta.apply(notebook([md("# T"), cell]))), encoding="utf-8")
+    nbsite.build("slides", [path], tmp_path / "out", ROOT / "notebooks")
+    deck = (tmp_path / "out" / "demo.slides.html").read_text(encoding="utf-8")
+    assert "the table" in deck and "print(" not in deck

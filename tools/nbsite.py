@@ -242,6 +242,10 @@ def describe_hardware(hw) -> str:
     return "\n".join(f"{label}: {text}" for label, text in hardware_rows(hw))
 
 
+def _capital(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
 def write_index(out: Path, kind: str, rows: list[dict], summary: Path | None) -> Path:
     """index.html: every notebook, its link, how its run went, and the hardware it ran on."""
     import jinja2  # nbconvert's; autoescape: notebook titles and errors are text, not HTML
@@ -257,7 +261,7 @@ def write_index(out: Path, kind: str, rows: list[dict], summary: Path | None) ->
     body = env.get_template("d2l_index.html.j2").render(
         what="slides" if kind == "slides" else "pages", report=report,
         machine=describe_hardware(report.get("hardware")), rows=rows,
-        load=report_tool.describe_load(report.get("machine_load")).capitalize())
+        load=_capital(report_tool.describe_load(report.get("machine_load"))))
     (out / "index.html").write_text(body + "\n", encoding="utf-8")
     return out / "index.html"
 
