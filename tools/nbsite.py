@@ -135,8 +135,8 @@ def for_lecture(nb, stem: str, gpu: bool, reference: Path = REFERENCE) -> None:
         if first_gpu is None:
             quiz = [i for i, c in enumerate(cells) if nbmeta.heading_text(c).startswith("Quiz")]
             first_gpu = quiz[-1] if quiz else len(cells)
-        elif cells[first_gpu].metadata.get("slideshow", {}).get("slide_type") not in (
-                "slide", "subslide"):  # what followed the GPU cells opens a slide of its own
+        elif first_gpu < len(cells) and cells[first_gpu].metadata.get(
+                "slideshow", {}).get("slide_type") not in ("slide", "subslide"):  # what followed the GPU cells opens a slide of its own
             cells[first_gpu].metadata["slideshow"] = {"slide_type": "subslide"}
         cells[first_gpu:first_gpu] = on_a_gpu_slide(stem, reference)
     nb.cells = cells
