@@ -56,11 +56,15 @@ def bar_chart(values: Mapping[str, "float | Band | Measurement"], ylabel: str = 
     if measured:
         ax.errorbar(measured, [heights[i] for i in measured], fmt="none", capsize=6,
                     yerr=_whiskers([bands[i] for i in measured]), elinewidth=1.5, ecolor="black")
-    # Labels inside the bars where a line will cross their tops, else above the whiskers.
-    place = {"label_type": "center", "color": "white"} if inside else {"padding": 2}
     # Plain numbers: 3 significant digits, thousands in full (5,524, not 5.52e+03).
-    ax.bar_label(bars, [format_seconds(h) if seconds else f"{h:,.0f}" if abs(h) >= 1e3
-                        else f"{h:.3g}" for h in heights], fontsize=MIN_POINTS, **place)
+    labels = [format_seconds(h) if seconds else f"{h:,.0f}" if abs(h) >= 1e3 else f"{h:.3g}"
+              for h in heights]
+    if inside:   # where a line will cross the bars' tops
+        ax.bar_label(bars, labels, fontsize=MIN_POINTS, label_type="center", color="white")
+    else:        # above the whisker's top, where no line runs through it
+        for x, (label, band) in enumerate(zip(labels, bands)):
+            ax.annotate(label, (x, band.high), xytext=(0, 3), textcoords="offset points",
+                        ha="center", va="bottom", fontsize=MIN_POINTS)
     ax.set_ylabel(ylabel)
     _tilt_if_crowded(ax, names)
     ax.set_ylim(0, max(b.high for b in bands) * 1.18)   # room for the labels above the bars
@@ -156,15 +160,19 @@ def plot_roofline(bandwidth_gbps: float, peak_gflops: float, kernels: Sequence =
     ax.axvline(ridge, color="gray", ls=":", lw=1)
     text = {"textcoords": "offset points", "fontsize": MIN_POINTS}  # xytext: points from xy
     ax.annotate(f"ridge {ridge:.2g} FLOP/B", (ridge, peak_gflops), (4, -16), color="gray", **text)
-    ax.annotate(f"memory {bandwidth_gbps:.3g} GB/s", (lo, bandwidth_gbps * lo), (4, 6), **text)
-    ax.annotate(f"peak {peak_gflops:.3g} GFLOP/s", (hi, peak_gflops), (-4, 4), ha="right", **text)
+    # Above the lines, where no kernel sits (each is under the roof): the slope's label left
+    # of its middle, the peak's under a top raised to leave it room.
+    mid = (lo * ridge) ** 0.5
+    ax.annotate(f"memory {bandwidth_gbps:.3g} GB/s", (mid, bandwidth_gbps * mid), (-8, 4),
+                ha="right", **text)
+    ax.annotate(f"peak {peak_gflops:.3g} GFLOP/s", (hi, peak_gflops), (-4, 5), ha="right", **text)
     for i, k in enumerate(kernels):
         band = getattr(k, "gflops_band", None)   # measured kernels: the runs' spread
         err = _whiskers([band]) if band is not None and band.high > band.low else None
         ax.errorbar(k.intensity, k.gflops, yerr=err, fmt="o", color=f"C{i}", capsize=5,
                     label=k.name)
     ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP per byte)",
-           ylabel="GFLOP/s")
+           ylabel="GFLOP/s", ylim=(None, peak_gflops * 3))
     if kernels:
         ax.legend(fontsize=MIN_POINTS, loc="lower right")
     ax.set_title(title or ax.get_title())

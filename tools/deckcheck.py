@@ -24,6 +24,7 @@ MAX_SLIDES = 28  # one lecture part of 75 minutes, its quiz included
 MAX_STACK = 6    # sub-slides under one heading: more and the class loses its place
 NOTES_SHARE = 0.9
 
+MATHJAX_DONE = "!window.MathJax || !MathJax.Hub || MathJax.Hub.queue.pending === 0"
 # Run in the page on the current slide: what does not fit, in slide pixels.
 MEASURE = (Path(__file__).parent / "site" / "measure_slide.js").read_text(encoding="utf-8")
 
@@ -35,7 +36,7 @@ def check_deck(browser, deck: Path, shots: Path | None = None) -> list[str]:
     if not wait_for(browser, "window.Reveal && Reveal.isReady()", 30):
         return [f"{deck.name}: reveal.js did not start ({browser.errors[:2]})"]
     browser.evaluate("Reveal.configure({transition: 'none', backgroundTransition: 'none'})")
-    wait_for(browser, "!window.MathJax || !MathJax.Hub || MathJax.Hub.queue.pending === 0", 20)
+    wait_for(browser, MATHJAX_DONE, 20)
     stacks = browser.evaluate("Reveal.getHorizontalSlides().map("
                               "h => Math.max(1, h.querySelectorAll(':scope > section').length))")
     problems, total, slides = [], sum(stacks), []
@@ -47,6 +48,7 @@ def check_deck(browser, deck: Path, shots: Path | None = None) -> list[str]:
     for h, count in enumerate(stacks):
         for v in range(count):
             browser.evaluate(f"Reveal.slide({h}, {v})")
+            wait_for(browser, MATHJAX_DONE, 10)  # the slide's formulas typeset again at its size
             slides.append(found := json.loads(browser.evaluate(MEASURE)))
             if shots:
                 stem = deck.name.removesuffix(".slides.html")

@@ -36,7 +36,7 @@ CODE_LINES = 15
 STACK = 6
 WRAP = 100            # characters per line before a long line wraps on a slide
 OUTPUT_LINES = 3      # allowance for what a code cell prints (the stored notebook has no outputs)
-FIGURE_LINES = 20     # a picture (a plot is drawn full-width) takes the slide
+FIGURE_LINES = 16     # a picture: at most 600 px of the 720 px slide
 _FIGURE_IN_MARKDOWN = re.compile(r"!\[[^\]]*\]\(|<img\b", re.I)
 # Code that draws: matplotlib calls and the d2l_extras plotting helpers (bar_chart, plot_*).
 _FIGURE_IN_CODE = re.compile(r"\b(plt\.\w+|bar_chart|plot_\w+|Animator)\s*\(")
