@@ -116,6 +116,10 @@ def on_a_gpu_slide(stem: str, reference: Path = REFERENCE) -> list:
         "slideshow": {"slide_type": "slide"}, "notes": notes.strip()})]
 
 
+def _slide_type(cell) -> str | None:
+    return cell.metadata.get("slideshow", {}).get("slide_type")
+
+
 def for_lecture(nb, stem: str, gpu: bool, reference: Path = REFERENCE) -> None:
     """Shape the cells for the decks (in place): Exercises out; on a CPU, the gpu-only cells
     out and one "On a GPU" slide where the first was (else before the last Quiz); tags set."""
@@ -135,9 +139,11 @@ def for_lecture(nb, stem: str, gpu: bool, reference: Path = REFERENCE) -> None:
         if first_gpu is None:
             quiz = [i for i, c in enumerate(cells) if nbmeta.heading_text(c).startswith("Quiz")]
             first_gpu = quiz[-1] if quiz else len(cells)
-        elif first_gpu < len(cells) and cells[first_gpu].metadata.get(
-                "slideshow", {}).get("slide_type") not in ("slide", "subslide"):  # what followed the GPU cells opens a slide of its own
-            cells[first_gpu].metadata["slideshow"] = {"slide_type": "subslide"}
+        else:  # the first shown cell after the GPU cells opens a slide of its own
+            after = next((c for c in cells[first_gpu:]
+                          if _slide_type(c) not in ("skip", "notes")), None)
+            if after is not None and _slide_type(after) not in ("slide", "subslide"):
+                after.metadata["slideshow"] = {"slide_type": "subslide"}
         cells[first_gpu:first_gpu] = on_a_gpu_slide(stem, reference)
     nb.cells = cells
 
