@@ -404,6 +404,7 @@ def lecture(tmp_path, gpu):
     for cell in gpu_cells:
         cell["metadata"]["tags"] = [nbsite.GPU_ONLY]
     nb = nbmeta.apply(notebook([md("# T"), md("## Idea"), code("x = 1"), *gpu_cells,
+                                md("aside", tags=[nbmeta.NO_SLIDE]), code("y = 2"),
                                 md("## Quiz"), md("## Summary"), md("## Exercises"),
                                 code("dx.bar_chart({'a': 1})"), md("## Sources")]))
     import nbformat
@@ -420,6 +421,9 @@ def test_a_cpu_deck_shows_one_on_a_gpu_slide_in_place_of_the_gpu_cells(tmp_path)
     assert slide.metadata["notes"] == "Point at the pinned copy." and "notes" not in slide.source
     assert slide.metadata["slideshow"]["slide_type"] == "slide"
     assert not any("if gpus" in c.source for c in cells), "the gpu-only cells are out"
+    after = next(c for c in cells if c.source == "y = 2")
+    assert after.metadata["slideshow"]["slide_type"] == "subslide", \
+        "what follows the GPU cells (a no-slide cell aside) opens a slide of its own"
     assert not any("bar_chart" in c.source for c in cells), "the Exercises are the notebook's"
 
 
@@ -448,7 +452,8 @@ def test_a_missing_reference_slide_says_where_it_belongs(tmp_path):
 def test_every_notebook_has_its_on_a_gpu_slide_with_notes(path):
     [slide] = nbsite.on_a_gpu_slide(path.stem)
     assert slide.source.startswith("## On a GPU"), slide.source[:60]
-    assert len(slide.source.splitlines()) <= 14, "one 1280x720 slide"
+    assert sum(map(bool, slide.source.splitlines())) <= 14, "one 1280x720 slide (the deck " \
+        "check measures it)"
     assert slide.metadata["notes"], "what to say about the reference run"
     assert "placeholder" not in slide.source
 
