@@ -75,9 +75,10 @@ def test_deck_has_a_slide_per_section_with_its_pictures(site):
         cells = json.loads((site["slides"].parent / "executed" / "demo.ipynb").read_text())["cells"]
         kinds = [c["metadata"]["slideshow"]["slide_type"] for c in cells]
         assert kinds.count("subslide") >= 2
-        # ... less the second lecture part's slides: a deck of its own.
+        # ... less the second lecture part's slides (a deck of its own) and the Exercises slide
+        # (the notebook's).
         assert browser.evaluate("Reveal.getTotalSlides()") == \
-            kinds.count("slide") + kinds.count("subslide") - PART2
+            kinds.count("slide") + kinds.count("subslide") - PART2 - 1
         images = loaded_images(browser)
         assert len(images) == 2, f"expected the Markdown figure and the plot, got {images}"
         assert typeset_math(browser) >= 2, "MathJax did not typeset the formulas"

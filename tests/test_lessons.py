@@ -13,6 +13,7 @@
   content was skipped here.
 """
 import ast
+import copy
 import json
 import re
 import sys
@@ -69,9 +70,11 @@ def slides(cells):
     return out
 
 
-def parts(cells):
-    """Slides per lecture part, as `make slides` cuts the decks (nbsite.lecture_parts)."""
-    nb = nbformat.from_dict({"cells": cells, "metadata": {}})
+def parts(cells, stem="demo"):
+    """Slides per lecture part, as `make slides` cuts a CPU run's decks (nbsite.for_lecture:
+    no Exercises, the notebook `stem`'s one On a GPU slide for its gpu-only cells)."""
+    nb = nbformat.from_dict({"cells": copy.deepcopy(cells), "metadata": {}})
+    nbsite.for_lecture(nb, stem, gpu=False)
     return [sum(map(nbmeta.starts_slide, part)) for _, part in nbsite.lecture_parts(nb)]
 
 
@@ -194,7 +197,7 @@ def test_slides_hold_little_prose_and_parts_fit_a_lecture(path):
     wordy = [(i, sum(nbmeta.prose_words(c) for c in group)) for i, group in slides(cells)]
     wordy = [f"cell {i}: {n} words" for i, n in wordy if n > nbmeta.WORDS]
     assert not wordy, f"{path.name}: at most {nbmeta.WORDS} words a slide: {wordy}"
-    counts = parts(cells)
+    counts = parts(cells, path.stem)
     assert max(counts) <= deckcheck.MAX_SLIDES, \
         f"{path.name}: {counts} slides per part; split with a `#` heading, or trim"
 

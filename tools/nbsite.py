@@ -132,7 +132,7 @@ def for_lecture(nb, stem: str, gpu: bool, reference: Path = REFERENCE) -> None:
         if skipping or (GPU_ONLY in tags and not gpu):
             first_gpu = len(cells) if first_gpu is None and not skipping else first_gpu
             continue
-        if cell.cell_type == "code" and draws_at_top_level(cell.source):
+        if cell.cell_type == "code" and draws_at_top_level(hosted.source_text(cell)):
             tags += [DRAWS] + [HIDE_INPUT] * (SHOW_INPUT not in tags)
         cells.append(cell)
     if not gpu:
