@@ -16,6 +16,7 @@ from tools import readings as rd
     ("at 0x7f2121632390", "at 0x55aa"),
     ("  aten::copy_   1.17%   49.203us   1.17%   49.203us   4.100us   12",
      "  aten::clamp_min   0.93%   39.128us   0.93%   39.128us   19.564us   2"),
+    ("        aten::pow: 4 calls, self 164 us", "  aten::clamp_min: 2 calls, self 44.5 us"),
 ])
 def test_numbers_and_their_units_are_masked(a, b):
     assert rd.mask(a) == rd.mask(b)

@@ -35,7 +35,9 @@ def mask(line: str) -> str:
     line = MULTIPLIER.sub("", line.replace("±<", "±"))   # ±<1%: a spread, as ±3% is
     line = NUMBER.sub("#", line)
     line = re.sub(r"#(\s*[-–/]\s*#)+", "#", line)   # ranges: 40-100 -> #
-    if line.count("#") >= 4:  # a table's row (aten::mm ...): the profiler sorts them by time
+    # A row of the profiler's table or of a listing that starts with the operator (aten::mm:
+    # 6 calls ...): sorted by time, so which operator fills a row varies from run to run.
+    if line.count("#") >= 4 or re.match(r"\s*aten::\w+:", line):
         line = re.sub(r"\baten::\w+", "aten::#", line)
     return " ".join(line.split())                     # columns padded to the numbers' width
 
