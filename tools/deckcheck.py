@@ -18,6 +18,7 @@ import json
 import sys
 from pathlib import Path
 
+from tools import nbmeta
 from tools.browser import chromium_page, wait_for
 
 MAX_SLIDES = 28  # one lecture part of 75 minutes, its quiz included
@@ -25,7 +26,8 @@ MAX_STACK = 6    # sub-slides under one heading: more and the class loses its pl
 NOTES_SHARE = 0.9
 
 MATHJAX_DONE = "!window.MathJax || !MathJax.Hub || MathJax.Hub.queue.pending === 0"
-# Run in the page on the current slide: what does not fit, in slide pixels.
+# Run in the page on the current slide: what does not fit, in slide pixels, within LIMITS.
+LIMITS = {"codeLines": nbmeta.CODE_LINES}  # the check holds the slides to what nbmeta cuts
 MEASURE = (Path(__file__).parent / "site" / "measure_slide.js").read_text(encoding="utf-8")
 
 
@@ -49,7 +51,7 @@ def check_deck(browser, deck: Path, shots: Path | None = None) -> list[str]:
         for v in range(count):
             browser.evaluate(f"Reveal.slide({h}, {v})")
             wait_for(browser, MATHJAX_DONE, 10)  # the slide's formulas typeset again at its size
-            slides.append(found := json.loads(browser.evaluate(MEASURE)))
+            slides.append(found := json.loads(browser.evaluate(MEASURE, LIMITS)))
             if shots:
                 stem = deck.name.removesuffix(".slides.html")
                 browser.screenshot(path=str(shots / f"{stem}-{h + 1:02d}.{v + 1}.png"))

@@ -105,19 +105,15 @@ def draws_at_top_level(source: str) -> bool:
 
 def on_a_gpu_slide(stem: str, reference: Path = REFERENCE) -> list:
     """The notebook's "On a GPU" slide (reference/NN.md, its notes after `<!-- notes -->`)."""
-    path = reference / f"{stem[:2]}.md"
     if not stem[:2].isdigit():  # not one of the chapter's notebooks (a test's, a copy)
         return []
+    path = reference / f"{stem[:2]}.md"
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing: every notebook's deck shows its reference "
                                 "GPU figures there (see docs/reference/on-a-gpu/README.md)")
     slide, _, notes = path.read_text(encoding="utf-8").partition("<!-- notes -->")
     return [nbformat.v4.new_markdown_cell(slide.strip(), metadata={
         "slideshow": {"slide_type": "slide"}, "notes": notes.strip()})]
-
-
-def _slide_type(cell) -> str | None:
-    return cell.metadata.get("slideshow", {}).get("slide_type")
 
 
 def for_lecture(nb, stem: str, gpu: bool, reference: Path = REFERENCE) -> None:
@@ -129,8 +125,10 @@ def for_lecture(nb, stem: str, gpu: bool, reference: Path = REFERENCE) -> None:
         if level in (1, 2):
             skipping = nbmeta.heading_text(cell).startswith(NOT_IN_DECKS)
         tags = cell.metadata.setdefault("tags", [])
-        if skipping or (GPU_ONLY in tags and not gpu):
-            first_gpu = len(cells) if first_gpu is None and not skipping else first_gpu
+        if skipping:
+            continue
+        if GPU_ONLY in tags and not gpu:
+            first_gpu = len(cells) if first_gpu is None else first_gpu
             continue
         if cell.cell_type == "code" and draws_at_top_level(hosted.source_text(cell)):
             tags += [DRAWS] + [HIDE_INPUT] * (SHOW_INPUT not in tags)
@@ -140,9 +138,9 @@ def for_lecture(nb, stem: str, gpu: bool, reference: Path = REFERENCE) -> None:
             quiz = [i for i, c in enumerate(cells) if nbmeta.heading_text(c).startswith("Quiz")]
             first_gpu = quiz[-1] if quiz else len(cells)
         else:  # the first shown cell after the GPU cells opens a slide of its own
-            after = next((c for c in cells[first_gpu:]
-                          if _slide_type(c) not in ("skip", "notes")), None)
-            if after is not None and _slide_type(after) not in ("slide", "subslide"):
+            after = next((c for c in cells[first_gpu:] if c.metadata.get(
+                "slideshow", {}).get("slide_type") not in ("skip", "notes")), None)
+            if after is not None and not nbmeta.starts_slide(after):
                 after.metadata["slideshow"] = {"slide_type": "subslide"}
         cells[first_gpu:first_gpu] = on_a_gpu_slide(stem, reference)
     nb.cells = cells

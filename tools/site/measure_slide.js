@@ -1,6 +1,7 @@
 // tools/deckcheck.py runs this on the current slide of a reveal.js deck: what does not fit or
-// cannot be read from the back row, in screen pixels, and the slide's title and notes.
-(() => {
+// cannot be read from the back row, in screen pixels, and the slide's title and notes. `limit`
+// holds the bounds tools/deckcheck.py passes (codeLines: tools/nbmeta.py's, which cuts slides).
+(limit) => {
   const s = Reveal.getCurrentSlide(), out = [], scale = Reveal.getScale();
   const shown = sel => [...s.querySelectorAll(sel)].filter(e => !e.closest('aside'));
   if (s.scrollHeight > s.clientHeight + 2)
@@ -15,7 +16,8 @@
   }
   const code = shown('.jp-InputArea pre').map(p => p.innerText.trimEnd().split('\n').length)
     .reduce((a, b) => a + b, 0);
-  if (code > 15) out.push(`${code} lines of code, more than 15 (a minute's explaining)`);
+  if (code > limit.codeLines)
+    out.push(`${code} lines of code, more than ${limit.codeLines} (a minute's explaining)`);
   for (const cell of shown('.celltag_draws'))
     if (!cell.querySelector('.jp-OutputArea img, .jp-OutputArea svg'))
       out.push('a cell that draws shows no figure (is matplotlib drawing inline?)');
@@ -43,4 +45,4 @@
     if (!text.includes(number))
       out.push(`the notes say ${number}${/^[x×%]$/.test(u) ? '' : ' '}${u}, which the slide does not show`);
   return JSON.stringify({title: title.slice(0, 50), notes: !!notes, problems: out});
-})()
+}
